@@ -1,0 +1,52 @@
+"""The runtime engine: compile (clang + kernel BTF), open, configure, load, attach.
+
+It knows nothing of ebpfkit's tools. Typical use::
+
+    spec = compile("runqlat.bpf.c")           # a file, or compile(text=C_SOURCE)
+    spec.rodata["targ_tgid"] = 1234           # read-only config, before load
+    with spec.load() as obj:
+        obj.attach()                          # auto-attach from SEC() names
+        hist = obj.maps["hist"].log2_histogram(unit="usecs")
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def compile(path: str | os.PathLike | None = None, *, text: str | bytes | None = None,
+            name: str | None = None, cflags=(), btf: str | None = None):
+    """Compile C (a file, one of ebpfkit's programs by name, or ``text``) and open the object.
+
+    Returns an ``ObjectSpec``: set ``.rodata`` config and map sizes, then ``.load()``.
+    """
+    from .btf import find_kernel_btf
+    from .compiler import Compiler, Source
+    from .object import ObjectSpec
+
+    if (path is None) == (text is None):
+        raise TypeError("compile() takes a path or text=, not both")
+    source = Source.from_text(text, name or "snippet.bpf.c") if text is not None else Source.from_path(path)
+    kernel_btf = find_kernel_btf(btf)
+    obj_path = Compiler(btf=kernel_btf, cflags=tuple(cflags)).compile(source)
+    return ObjectSpec(obj_path, name=(name or source.name).split(".")[0],
+                      btf_path=kernel_btf.path if kernel_btf.custom else None)
+
+
+def open_object(path: str | os.PathLike, name: str | None = None, btf: str | None = None):
+    """Open an already compiled object file (.o) as an ``ObjectSpec``."""
+    from .object import ObjectSpec
+
+    return ObjectSpec(path, name=name, btf_path=btf)
+
+
+def load(source, config: dict | None = None, **compile_args):
+    """Compile (for .c) or open (for .o) ``source`` and load it: ``Object``."""
+    from .object import ObjectSpec
+
+    if isinstance(source, ObjectSpec):
+        return source.load(config)
+    if Path(source).suffix == ".o":
+        return open_object(source).load(config)
+    return compile(source, **compile_args).load(config)

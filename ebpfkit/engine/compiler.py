@@ -1,0 +1,301 @@
+"""clang driver: C source + cflags + vmlinux.h (+ a precompiled header) -> CO-RE object.
+
+Objects are cached by everything that changes them: the source, the cflags, clang's
+version, the kernel BTF's content and (checked like ccache's direct mode) the content of
+every header the compile read.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import platform
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import CompileError, NotSupportedError
+from . import cache
+from .btf import KernelBTF, find_kernel_btf
+
+log = logging.getLogger("ebpfkit.engine.compiler")
+
+CLANG_ENV = "EBPFKIT_CLANG"
+MIN_CLANG = 11  # CO-RE relocations and BTF-defined maps
+FORMAT = "1"  # bump when the way objects are built changes
+
+PROGRAMS_DIR = Path(__file__).resolve().parent.parent / "programs"
+INCLUDE_DIR = PROGRAMS_DIR / "include"
+PREBUILT_DIR = PROGRAMS_DIR / "prebuilt"
+
+_ARCH = {"x86_64": "x86", "aarch64": "arm64", "arm64": "arm64", "s390x": "s390",
+         "ppc64le": "powerpc", "riscv64": "riscv", "loongarch64": "loongarch"}
+
+_PRELUDE = """\
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_endian.h>
+"""
+
+
+@dataclass(frozen=True)
+class Clang:
+    path: str
+    version: tuple[int, int, int]
+    text: str
+
+    @property
+    def identity(self) -> str:
+        return f"{self.path}|{self.text}"
+
+
+def _clang_candidates() -> list[str]:
+    seen, found = set(), []
+    dirs = os.environ.get("PATH", "").split(os.pathsep) + sorted(
+        str(p) for p in Path("/usr/lib").glob("llvm-*/bin"))
+    for d in dirs:
+        try:
+            names = os.listdir(d)
+        except OSError:
+            continue
+        for name in names:
+            if re.fullmatch(r"clang(-\d+)?", name):
+                path = os.path.realpath(os.path.join(d, name))
+                if path not in seen and os.access(path, os.X_OK):
+                    seen.add(path)
+                    found.append(path)
+    return found
+
+
+def _clang_version(path: str) -> Clang:
+    memo_path = cache.subdir("clang") / "versions.json"
+    memo = cache.read_json(memo_path) or {}
+    ident = f"{path}|{cache.stat_key(path)}"
+    text = memo.get(ident)
+    if text is None:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, check=False)
+        text = out.stdout.splitlines()[0] if out.stdout else ""
+        memo[ident] = text
+        cache.write_json(memo_path, memo)
+    m = re.search(r"version (\d+)\.(\d+)\.(\d+)", text)
+    version = tuple(int(x) for x in m.groups()) if m else (0, 0, 0)
+    return Clang(path, version, text)
+
+
+def find_clang(path: str | None = None) -> Clang | None:
+    """The newest clang that can target BPF ($EBPFKIT_CLANG wins), or None."""
+    chosen = path or os.environ.get(CLANG_ENV)
+    if chosen:
+        resolved = shutil.which(chosen) or chosen
+        if not os.access(resolved, os.X_OK):
+            raise NotSupportedError("clang", f"clang at {chosen} ({CLANG_ENV}) is not executable")
+        return _clang_version(resolved)
+    best = None
+    for candidate in _clang_candidates():
+        clang = _clang_version(candidate)
+        if clang.version[0] >= MIN_CLANG and (best is None or clang.version > best.version):
+            best = clang
+    return best
+
+
+def libbpf_include_dir() -> str:
+    """The directory holding bpf/bpf_helpers.h (from libbpf-dev)."""
+    for d in [os.environ.get("EBPFKIT_LIBBPF_INCLUDE"), "/usr/include", "/usr/local/include"]:
+        if d and os.path.exists(os.path.join(d, "bpf", "bpf_helpers.h")):
+            return d
+    raise NotSupportedError("libbpf-dev", "libbpf's BPF-side headers (bpf/bpf_helpers.h) are missing",
+                            hint="apt-get install libbpf-dev (or set EBPFKIT_LIBBPF_INCLUDE)")
+
+
+@dataclass
+class Source:
+    """A program to compile: a file, or text with a name used in messages."""
+
+    name: str
+    text: bytes
+    path: Path | None = None
+
+    @classmethod
+    def from_path(cls, path: str | os.PathLike) -> "Source":
+        p = Path(path)
+        if not p.exists():
+            builtin = PROGRAMS_DIR / p.name
+            if builtin.exists():
+                p = builtin
+            else:
+                raise CompileError(f"no such BPF source: {path}")
+        return cls(p.name, p.read_bytes(), p.resolve())
+
+    @classmethod
+    def from_text(cls, text: str | bytes, name: str = "snippet.bpf.c") -> "Source":
+        return cls(name, text.encode() if isinstance(text, str) else text, None)
+
+
+@dataclass
+class Compiler:
+    btf: KernelBTF = field(default_factory=find_kernel_btf)
+    clang: Clang | None = field(default_factory=find_clang)
+    cflags: tuple[str, ...] = ()
+    use_pch: bool = True
+
+    def base_flags(self) -> list[str]:
+        arch = _ARCH.get(platform.machine(), platform.machine())
+        return ["-target", "bpf", "-g", "-O2", f"-D__TARGET_ARCH_{arch}", "-D__EBPFKIT__",
+                "-fno-color-diagnostics", "-Wno-unused-command-line-argument",
+                "-Wno-compare-distinct-pointer-types", "-Wno-address-of-packed-member",
+                f"-I{self.btf.vmlinux_h().parent}", f"-I{INCLUDE_DIR}", f"-I{PROGRAMS_DIR}",
+                f"-idirafter{libbpf_include_dir()}", *self.cflags]
+
+    def key(self, source: Source) -> str:
+        clang_id = self.clang.identity if self.clang else "no-clang"
+        return cache.digest(FORMAT, source.name, source.text, "\0".join(self.cflags),
+                            clang_id, self.btf.digest, platform.machine())
+
+    def compile(self, source: Source) -> Path:
+        """Return the path of the object for ``source``, compiling it if not cached."""
+        objects = cache.subdir("objects")
+        key = self.key(source)
+        obj = objects / f"{key}.o"
+        manifest = objects / f"{key}.json"
+        if obj.exists() and _deps_unchanged(cache.read_json(manifest)):
+            log.debug("cache hit for %s: %s", source.name, obj)
+            return obj
+        if self.clang is None:
+            prebuilt = PREBUILT_DIR / (source.name.removesuffix(".c") + ".o")
+            if source.path and prebuilt.exists():
+                log.info("clang not found; using the prebuilt CO-RE object %s", prebuilt)
+                return prebuilt
+            raise NotSupportedError("clang", f"cannot compile {source.name}: no clang >= {MIN_CLANG} found",
+                                    hint=f"apt-get install clang (or set {CLANG_ENV})")
+        started = time.monotonic()
+        deps = self._run_clang(source, obj)
+        cache.write_json(manifest, {"deps": deps})
+        log.info("compiled %s in %.2fs", source.name, time.monotonic() - started)
+        return obj
+
+    # -- internals --
+
+    def _run_clang(self, source: Source, obj: Path) -> dict:
+        work = cache.subdir("work")
+        if source.path is None:
+            src_file = work / f"{os.getpid()}-{source.name}"
+            src_file.write_bytes(source.text)
+        else:
+            src_file = source.path
+        depfile = work / f"{os.getpid()}-{obj.stem}.d"
+        tmp_obj = obj.with_name(f".{obj.name}.{os.getpid()}")
+        flags = self.base_flags()
+        if source.path is not None:
+            flags.append(f"-I{source.path.parent}")
+        pch_deps: dict = {}
+        try:
+            pch = self._pch(flags) if self.use_pch else None
+            for attempt in ("pch", "plain") if pch else ("plain",):
+                cmd = [self.clang.path, *flags, "-MD", "-MF", str(depfile), "-c", str(src_file),
+                       "-o", str(tmp_obj)]
+                if attempt == "pch":
+                    cmd[1:1] = ["-include-pch", str(pch[0])]
+                out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+                if out.returncode == 0:
+                    if attempt == "pch":
+                        pch_deps = pch[1]
+                    break
+                if attempt == "pch" and "precompiled header" in out.stderr:
+                    log.info("precompiled header is stale; compiling without it")
+                    continue
+                raise _compile_error(source, src_file, out.stderr)
+            os.replace(tmp_obj, obj)
+            deps = _read_depfile(depfile, exclude={str(src_file)})
+        finally:
+            for p in (depfile, tmp_obj) + ((src_file,) if source.path is None else ()):
+                try:
+                    os.unlink(p)
+                except FileNotFoundError:
+                    pass
+        deps.update(pch_deps)
+        return deps
+
+    def _pch(self, flags: list[str]):
+        """(path, deps) of the precompiled prelude for these flags, built on first use."""
+        key = cache.digest(FORMAT, _PRELUDE, "\0".join(flags), self.clang.identity, self.btf.digest)
+        d = cache.subdir(f"pch/{key}")
+        pch, manifest = d / "prelude.pch", d / "prelude.json"
+        info = cache.read_json(manifest)
+        if pch.exists() and _deps_unchanged(info):
+            return pch, info["deps"]
+        prelude = d / "prelude.h"
+        prelude.write_text(_PRELUDE)
+        depfile = d / f"prelude.{os.getpid()}.d"
+        tmp = d / f".prelude.{os.getpid()}.pch"
+        out = subprocess.run([self.clang.path, *flags, "-x", "c-header", str(prelude), "-MD", "-MF",
+                              str(depfile), "-o", str(tmp)], capture_output=True, text=True, check=False)
+        if out.returncode != 0:
+            log.info("building the precompiled header failed; compiling without it:\n%s", out.stderr)
+            return None
+        os.replace(tmp, pch)
+        deps = _read_depfile(depfile, exclude={str(prelude)})
+        depfile.unlink()
+        cache.write_json(manifest, {"deps": deps})
+        return pch, deps
+
+
+def _read_depfile(path: Path, exclude: set) -> dict:
+    """{header path: [stat key, content digest]} from a make-style depfile."""
+    text = path.read_text().replace("\\\n", " ")
+    _, _, rest = text.partition(":")
+    deps = {}
+    for name in rest.split():
+        if name in exclude or name.endswith(".pch"):
+            continue
+        real = os.path.realpath(name)
+        deps[real] = [cache.stat_key(real), cache.file_digest(real)]
+    return deps
+
+
+def _deps_unchanged(manifest) -> bool:
+    if not manifest:
+        return False
+    for path, (stat_key, digest) in manifest["deps"].items():
+        try:
+            if cache.stat_key(path) != stat_key and cache.file_digest(path) != digest:
+                return False
+        except OSError:
+            return False
+    return True
+
+
+_DIAG = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):(?P<col>\d+): (?P<sev>fatal error|error|warning|note): "
+                   r"(?P<msg>.*)$", re.M)
+
+
+def _compile_error(source: Source, src_file: Path, stderr: str) -> CompileError:
+    """A CompileError whose message shows file:line, the source around it and clang's words."""
+    diagnostics, parts = [], []
+    for m in _DIAG.finditer(stderr):
+        file = source.name if m["file"] == str(src_file) else m["file"]
+        line, col = int(m["line"]), int(m["col"])
+        context = _context(m["file"], line)
+        diagnostics.append({"file": file, "line": line, "col": col, "severity": m["sev"],
+                            "message": m["msg"], "source": context})
+        if m["sev"] in ("error", "fatal error"):
+            parts.append(f"{file}:{line}:{col}: {m['sev']}: {m['msg']}\n{context}")
+    errors = sum(d["severity"] != "warning" and d["severity"] != "note" for d in diagnostics)
+    head = f"clang could not compile {source.name} ({errors} error{'s' if errors != 1 else ''})"
+    body = "\n".join(parts[:5]) if parts else stderr.strip()
+    if len(parts) > 5:
+        body += f"\n... and {len(parts) - 5} more errors"
+    return CompileError(f"{head}\n{body}", diagnostics, stderr)
+
+
+def _context(path: str, line: int, around: int = 2) -> str:
+    try:
+        lines = Path(path).read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    lo, hi = max(1, line - around), min(len(lines), line + around)
+    return "\n".join(f"{'>' if n == line else ' '} {n:5d} | {lines[n - 1]}" for n in range(lo, hi + 1))

@@ -1,0 +1,351 @@
+"""BPF maps as Python mappings, keys and values decoded through the object's BTF.
+
+``Map`` is the engine-neutral interface tools use (a BCC table can stand behind the same
+methods later): ``m[key]``, ``m[key] = v``, ``del m[key]``, iteration, ``items()`` (batched
+where the kernel can), ``clear()``, per-CPU values with ``.sum()``, histograms and
+``to_dataframe()``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections.abc import MutableMapping
+from typing import Iterator
+
+from ..errors import MapError, NotSupportedError
+from . import _libbpf as L
+from .constants import BPF_ANY, PER_CPU_MAPS, MapType
+
+_ARRAYS = frozenset({MapType.ARRAY, MapType.PERCPU_ARRAY})
+_NO_KEY_MAPS = frozenset({MapType.RINGBUF, MapType.PERF_EVENT_ARRAY, MapType.QUEUE, MapType.STACK,
+                          MapType.USER_RINGBUF, MapType.BLOOM_FILTER})
+
+
+class RawCodec:
+    """For maps without BTF: ints for 1/2/4/8-byte values, bytes otherwise."""
+
+    def __init__(self, size: int):
+        self.size = size
+
+    def decode(self, buf, offset: int = 0):
+        data = bytes(buf[offset:offset + self.size])
+        return int.from_bytes(data, "little") if self.size in (1, 2, 4, 8) else data
+
+    def encode(self, value) -> bytes:
+        if isinstance(value, int) and self.size in (1, 2, 4, 8):
+            return value.to_bytes(self.size, "little", signed=value < 0)
+        data = bytes(value)
+        if len(data) != self.size:
+            raise MapError(f"expected {self.size} bytes, got {len(data)}")
+        return data
+
+    def zero(self):
+        return self.decode(bytes(self.size))
+
+
+class PerCpu(list):
+    """A per-CPU value: one entry per possible CPU, plus ``sum()``."""
+
+    def sum(self):
+        if not self:
+            return 0
+        first = self[0]
+        if isinstance(first, dict):
+            return type(first)({k: _sum_field([v[k] for v in self]) for k in first})
+        return _sum_field(list(self))
+
+
+def _sum_field(values):
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        return sum(values)
+    if all(isinstance(v, list) for v in values):
+        return [_sum_field(list(col)) for col in zip(*values)]
+    return values[0]
+
+
+def possible_cpu_count() -> int:
+    from .perf import possible_cpus
+
+    return len(possible_cpus())
+
+
+def _round8(n: int) -> int:
+    return (n + 7) & ~7
+
+
+class Map(MutableMapping):
+    """A BPF map of a loaded (or, for sizing, an opened) object."""
+
+    def __init__(self, ptr, btf=None, owner=None):
+        self._ptr = ptr
+        self._owner = owner  # keeps the bpf_object alive while the map is used
+        self.name = L.lib.bpf_map__name(ptr).decode()
+        self.type = _map_type(L.lib.bpf_map__type(ptr))
+        self.key_size = L.lib.bpf_map__key_size(ptr)
+        self.value_size = L.lib.bpf_map__value_size(ptr)
+        self._btf = btf
+        self._key_codec = self._codec(L.lib.bpf_map__btf_key_type_id(ptr), self.key_size)
+        self._value_codec = self._codec(L.lib.bpf_map__btf_value_type_id(ptr), self.value_size)
+        self.per_cpu = self.type in PER_CPU_MAPS
+        self._ncpus = possible_cpu_count() if self.per_cpu else 1
+        self._batch_ok: bool | None = None
+
+    def _codec(self, type_id: int, size: int):
+        if type_id and self._btf is not None:
+            from .btftypes import codec
+
+            return codec(self._btf, type_id)
+        return RawCodec(size)
+
+    # --- properties ---
+
+    @property
+    def fd(self) -> int:
+        fd = L.lib.bpf_map__fd(self._ptr)
+        if fd < 0:
+            raise MapError(f"map '{self.name}' is not loaded yet")
+        return fd
+
+    @property
+    def max_entries(self) -> int:
+        return L.lib.bpf_map__max_entries(self._ptr)
+
+    @max_entries.setter
+    def max_entries(self, n: int) -> None:
+        err = L.lib.bpf_map__set_max_entries(self._ptr, n)
+        if err:
+            raise MapError(f"cannot resize map '{self.name}' (only before load): {os.strerror(-err)}")
+
+    def __repr__(self):
+        return f"<Map {self.name} {self.type.name.lower()} max_entries={self.max_entries}>"
+
+    # --- raw buffers ---
+
+    @property
+    def _value_buf_size(self) -> int:
+        return _round8(self.value_size) * self._ncpus if self.per_cpu else self.value_size
+
+    def _key_bytes(self, key) -> bytes:
+        try:
+            return self._key_codec.encode(key)
+        except MapError as exc:
+            raise MapError(f"bad key for map '{self.name}': {exc}") from None
+
+    def _value_bytes(self, value) -> bytes:
+        codec = self._value_codec
+        try:
+            if not self.per_cpu:
+                return codec.encode(value)
+            # a PerCpu list sets each CPU's value; anything else is the value for every CPU
+            values = value if isinstance(value, PerCpu) else [value] * self._ncpus
+            if len(values) != self._ncpus:
+                raise MapError(f"expected {self._ncpus} per-CPU values, got {len(values)}")
+            stride = _round8(self.value_size)
+            return b"".join(codec.encode(v).ljust(stride, b"\0") for v in values)
+        except MapError as exc:
+            raise MapError(f"bad value for map '{self.name}': {exc}") from None
+
+    def _decode_value(self, buf, offset: int = 0):
+        if not self.per_cpu:
+            return self._value_codec.decode(buf, offset)
+        stride = _round8(self.value_size)
+        return PerCpu(self._value_codec.decode(buf, offset + i * stride) for i in range(self._ncpus))
+
+    # --- mapping protocol ---
+
+    def __getitem__(self, key):
+        kbuf = self._key_bytes(key)
+        vbuf = ctypes.create_string_buffer(self._value_buf_size)
+        err = L.lib.bpf_map_lookup_elem(self.fd, kbuf, vbuf)
+        if err:
+            if abs(err) == 2:
+                raise KeyError(key)
+            raise self._error("lookup", err)
+        return self._decode_value(vbuf.raw)
+
+    def __setitem__(self, key, value) -> None:
+        self.update(key, value)
+
+    def update(self, key, value, flags: int = BPF_ANY) -> None:
+        err = L.lib.bpf_map_update_elem(self.fd, self._key_bytes(key), self._value_bytes(value), flags)
+        if err:
+            raise self._error("update", err)
+
+    def __delitem__(self, key) -> None:
+        if self.type in _ARRAYS:
+            raise MapError(f"array map '{self.name}' elements cannot be deleted; assign zero instead")
+        err = L.lib.bpf_map_delete_elem(self.fd, self._key_bytes(key))
+        if err:
+            if abs(err) == 2:
+                raise KeyError(key)
+            raise self._error("delete", err)
+
+    def pop(self, key, *default):
+        try:
+            value = self[key]
+            del self[key]
+        except KeyError:
+            if default:
+                return default[0]
+            raise
+        return value
+
+    def _raw_keys(self) -> Iterator[bytes]:
+        if self.type in _NO_KEY_MAPS:
+            raise MapError(f"map '{self.name}' ({self.type.name.lower()}) has no keys to iterate")
+        fd = self.fd
+        key = ctypes.create_string_buffer(self.key_size)
+        nxt = ctypes.create_string_buffer(self.key_size)
+        err = L.lib.bpf_map_get_next_key(fd, None, nxt)
+        while err == 0:
+            yield nxt.raw
+            ctypes.memmove(key, nxt, self.key_size)
+            err = L.lib.bpf_map_get_next_key(fd, key, nxt)
+        if abs(err) != 2:
+            raise self._error("iterate", err)
+
+    def __iter__(self):
+        for raw in self._raw_keys():
+            yield self._key_codec.decode(raw)
+
+    def __len__(self) -> int:
+        if self.type in _ARRAYS:
+            return self.max_entries
+        return sum(1 for _ in self._raw_keys())
+
+    def items(self):
+        """All (key, value) pairs; one batch syscall per few hundred entries where supported."""
+        if self._batch_ok is not False:
+            try:
+                return list(self._batch_items(delete=False))
+            except NotSupportedError:
+                self._batch_ok = False
+        return list(self._iter_items())
+
+    def values(self):
+        return [v for _, v in self.items()]
+
+    def _iter_items(self):
+        fd, vbuf = self.fd, ctypes.create_string_buffer(self._value_buf_size)
+        for raw in self._raw_keys():
+            if L.lib.bpf_map_lookup_elem(fd, raw, vbuf) == 0:
+                yield self._key_codec.decode(raw), self._decode_value(vbuf.raw)
+
+    def _batch_items(self, delete: bool, chunk: int = 256):
+        fn = L.lib.bpf_map_lookup_and_delete_batch if delete else L.lib.bpf_map_lookup_batch
+        ks, vs = self.key_size, self._value_buf_size
+        keys = ctypes.create_string_buffer(ks * chunk)
+        vals = ctypes.create_string_buffer(vs * chunk)
+        token_size = max(ks, 8)
+        in_tok, out_tok = ctypes.create_string_buffer(token_size), ctypes.create_string_buffer(token_size)
+        first, opts, out = True, L.bpf_map_batch_opts(), []
+        while True:
+            count = ctypes.c_uint32(chunk)
+            err = fn(self.fd, None if first else in_tok, out_tok, keys, vals, ctypes.byref(count),
+                     ctypes.byref(opts))
+            if err and abs(err) in (22, 95, 524) and first:
+                raise NotSupportedError("map batch", f"batch ops not supported on map '{self.name}'")
+            if err and abs(err) != 2:
+                raise self._error("batch lookup", err)
+            kraw, vraw = keys.raw, vals.raw
+            for i in range(count.value):
+                out.append((self._key_codec.decode(kraw, i * ks), self._decode_value(vraw, i * vs)))
+            if err:  # ENOENT: that was the last batch
+                break
+            ctypes.memmove(in_tok, out_tok, token_size)
+            first = False
+        self._batch_ok = True
+        return out
+
+    def pop_all(self) -> list:
+        """Read and delete every entry (atomically per batch where the kernel can)."""
+        if self.type not in _ARRAYS and self._batch_ok is not False:
+            try:
+                return self._batch_items(delete=True)
+            except NotSupportedError:
+                self._batch_ok = False
+        items = list(self._iter_items())
+        self.clear()
+        return items
+
+    def clear(self) -> None:
+        """Remove every entry (arrays: set every element to zero)."""
+        if self.type in _ARRAYS:
+            zero = self._value_bytes(self._value_codec.zero()) if not self.per_cpu else \
+                bytes(self._value_buf_size)
+            for i in range(self.max_entries):
+                L.lib.bpf_map_update_elem(self.fd, self._key_bytes(i), zero, BPF_ANY)
+            return
+        fd = self.fd
+        for raw in list(self._raw_keys()):
+            L.lib.bpf_map_delete_elem(fd, raw)
+
+    def _error(self, op: str, err: int) -> MapError:
+        return MapError(f"{op} on map '{self.name}' failed: {os.strerror(abs(err))}")
+
+    # --- conveniences for tools and notebooks ---
+
+    def to_dicts(self) -> list[dict]:
+        rows = []
+        for key, value in self.items():
+            row = dict(key) if isinstance(key, dict) else {"key": key}
+            if self.per_cpu:
+                value = value.sum()
+            row.update(value if isinstance(value, dict) else {"value": value})
+            rows.append(row)
+        return rows
+
+    def to_dataframe(self):
+        try:
+            import pandas
+        except ImportError:
+            raise NotSupportedError("pandas", "to_dataframe() needs pandas",
+                                    hint="pip install 'ebpfkit[notebook]'") from None
+        return pandas.DataFrame(self.to_dicts())
+
+    def log2_histogram(self, unit: str = "value", field: str | None = None, key=None):
+        """The map's counts as a Log2Histogram: an array of per-bucket counts, or the array
+        field ``field`` (e.g. 'slots') of the value stored at ``key``."""
+        from ..histogram import Log2Histogram
+
+        return Log2Histogram.from_counts(self._bucket_counts(field, key), unit=unit)
+
+    def linear_histogram(self, base: int = 0, step: int = 1, unit: str = "value", field=None, key=None):
+        from ..histogram import LinearHistogram
+
+        return LinearHistogram.from_counts(self._bucket_counts(field, key), base=base, step=step, unit=unit)
+
+    def _bucket_counts(self, field, key) -> list[int]:
+        if field is None and key is None:
+            values = dict(self.items())
+            n = max(values, default=-1) + 1 if self.type not in _ARRAYS else self.max_entries
+            return [_total(values.get(i, 0)) for i in range(n)]
+        value = self[key if key is not None else 0]
+        if isinstance(value, PerCpu):
+            value = value.sum()
+        return list(value[field] if field else value)
+
+
+def _total(value) -> int:
+    return value.sum() if isinstance(value, PerCpu) else int(value)
+
+
+def _map_type(value: int):
+    try:
+        return MapType(value)
+    except ValueError:
+        return value
+
+
+def create_map(map_type: int, key_size: int, value_size: int, max_entries: int, name: str = "",
+               flags: int = 0) -> int:
+    """Create a standalone map (no BTF); returns its fd."""
+    opts = L.bpf_map_create_opts(map_flags=flags)
+    fd = L.lib.bpf_map_create(map_type, name.encode() or None, key_size, value_size, max_entries,
+                              ctypes.byref(opts))
+    if fd < 0:
+        raise MapError(f"cannot create {MapType(map_type).name.lower()} map: {os.strerror(-fd)}")
+    return fd
+
+

@@ -1,0 +1,82 @@
+"""Pseudo-filesystems the engine needs: bpffs for pins, tracefs for tracepoints.
+
+They are not mounted at boot on every machine; root can mount them on demand.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from ..errors import NotSupportedError, PermissionDeniedError
+
+log = logging.getLogger("ebpfkit.engine.mounts")
+
+BPFFS = "/sys/fs/bpf"
+TRACEFS = "/sys/kernel/tracing"
+DEBUGFS_TRACING = "/sys/kernel/debug/tracing"
+SECURITYFS = "/sys/kernel/security"
+PIN_ROOT = BPFFS + "/ebpfkit"
+
+
+def mounted(path: str, fstype: str) -> bool:
+    try:
+        with open("/proc/self/mounts") as f:
+            return any(line.split()[1] == path and line.split()[2] == fstype for line in f)
+    except OSError:
+        return False
+
+
+def mount(fstype: str, path: str) -> None:
+    from . import _libbpf as L
+
+    os.makedirs(path, exist_ok=True)
+    if L.libc.mount(fstype.encode(), path.encode(), fstype.encode(), 0, None) != 0:
+        err = L.errno()
+        if err == 1:
+            raise PermissionDeniedError(f"mounting {fstype} at {path} needs root",
+                                        hint=f"run as root, or: mount -t {fstype} {fstype} {path}")
+        raise NotSupportedError(fstype, f"cannot mount {fstype} at {path}: {os.strerror(err)}",
+                                hint=f"mount -t {fstype} {fstype} {path}")
+    log.info("mounted %s at %s", fstype, path)
+
+
+def ensure_bpffs() -> str:
+    if not mounted(BPFFS, "bpf"):
+        mount("bpf", BPFFS)
+    return BPFFS
+
+
+def ensure_tracefs() -> str:
+    """The tracing directory (tracefs), mounted if needed."""
+    if mounted(TRACEFS, "tracefs"):
+        return TRACEFS
+    if os.path.exists(os.path.join(DEBUGFS_TRACING, "events")):
+        return DEBUGFS_TRACING
+    mount("tracefs", TRACEFS)
+    return TRACEFS
+
+
+def pin_dir(tool: str) -> str:
+    """/sys/fs/bpf/ebpfkit/<tool>, created (with bpffs mounted) on first use."""
+    ensure_bpffs()
+    path = os.path.join(PIN_ROOT, tool)
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def remove_pin_dir(tool: str) -> None:
+    """Remove /sys/fs/bpf/ebpfkit/<tool> and everything pinned in it (unpinning detaches)."""
+    path = os.path.join(PIN_ROOT, tool)
+    if not os.path.isdir(path):
+        return
+    for root, dirs, files in os.walk(path, topdown=False):
+        for name in files:
+            os.unlink(os.path.join(root, name))
+        for name in dirs:
+            os.rmdir(os.path.join(root, name))
+    os.rmdir(path)
+    try:
+        os.rmdir(PIN_ROOT)  # only when no other tool has pins left
+    except OSError:
+        pass

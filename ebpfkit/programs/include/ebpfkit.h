@@ -1,0 +1,81 @@
+/* Helpers shared by ebpfkit's BPF programs; users' programs may include it too:
+ *   #include "vmlinux.h"
+ *   #include <bpf/bpf_helpers.h>
+ *   #include "ebpfkit.h"
+ */
+#ifndef __EBPFKIT_H
+#define __EBPFKIT_H
+
+/* A ring buffer whose failed reservations are counted, so user space can report every
+ * lost record: EK_RINGBUF(events, 256 * 1024) defines the map `events` and a per-CPU
+ * counter `events_lost` that ebpfkit's RingBuffer reader adds to its loss count. */
+#define EK_RINGBUF(name, bytes)                                                  \
+	struct {                                                                 \
+		__uint(type, BPF_MAP_TYPE_RINGBUF);                              \
+		__uint(max_entries, bytes);                                      \
+	} name SEC(".maps");                                                     \
+	struct {                                                                 \
+		__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);                         \
+		__uint(max_entries, 1);                                          \
+		__type(key, __u32);                                              \
+		__type(value, __u64);                                            \
+	} name##_lost SEC(".maps")
+
+static __always_inline void ek_count_lost(void *lost_map)
+{
+	__u32 zero = 0;
+	__u64 *lost = bpf_map_lookup_elem(lost_map, &zero);
+
+	if (lost)
+		(*lost)++; /* per-CPU slot: no atomic needed */
+}
+
+/* bpf_ringbuf_reserve that counts a failure in name_lost. */
+#define ek_ringbuf_reserve(name, size)                                           \
+	({                                                                       \
+		void *__rec = bpf_ringbuf_reserve(&name, size, 0);               \
+		if (!__rec)                                                      \
+			ek_count_lost(&name##_lost);                             \
+		__rec;                                                           \
+	})
+
+/* bpf_ringbuf_output that counts a failure in name_lost. */
+#define ek_ringbuf_output(name, data, size)                                      \
+	({                                                                       \
+		long __err = bpf_ringbuf_output(&name, data, size, 0);           \
+		if (__err)                                                       \
+			ek_count_lost(&name##_lost);                             \
+		__err;                                                           \
+	})
+
+/* Histogram buckets: slot i counts values in [2^i, 2^(i+1)), slot 0 holds 0 and 1. */
+#define EK_MAX_SLOTS 32
+
+static __always_inline __u32 ek_log2(__u32 v)
+{
+	__u32 shift, r;
+
+	r = (v > 0xFFFF) << 4; v >>= r;
+	shift = (v > 0xFF) << 3; v >>= shift; r |= shift;
+	shift = (v > 0xF) << 2; v >>= shift; r |= shift;
+	shift = (v > 0x3) << 1; v >>= shift; r |= shift;
+	r |= (v >> 1);
+	return r;
+}
+
+static __always_inline __u32 ek_log2l(__u64 v)
+{
+	__u32 hi = v >> 32;
+
+	return hi ? ek_log2(hi) + 32 : ek_log2(v);
+}
+
+/* The histogram slot of v, clamped to max_slots - 1. */
+static __always_inline __u32 ek_hist_slot(__u64 v, __u32 max_slots)
+{
+	__u32 slot = ek_log2l(v);
+
+	return slot < max_slots ? slot : max_slots - 1;
+}
+
+#endif /* __EBPFKIT_H */
