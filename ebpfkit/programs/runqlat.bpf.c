@@ -1,0 +1,102 @@
+// SPDX-License-Identifier: GPL-2.0
+/* Run-queue latency: time from a task becoming runnable (wakeup, or preempted while
+ * still runnable) until it runs, as log2 histograms of microseconds (or ms). */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include "ebpfkit.h"
+#include "runqlat.h"
+
+#define TASK_RUNNING 0
+
+const volatile bool targ_per_process = false; /* one histogram per tgid */
+const volatile bool targ_ms = false;
+const volatile __u32 targ_tgid = 0; /* 0: every process */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 10240);
+	__type(key, __u32);   /* tid */
+	__type(value, __u64); /* when it became runnable */
+} start SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 10240);
+	__type(key, __u32); /* tgid, or 0 for the single histogram */
+	__type(value, struct runqlat_hist);
+} hists SEC(".maps");
+
+static struct runqlat_hist zero_hist;
+
+/* task->__state was task->state before 5.14; read whichever this kernel has */
+struct task_struct___old {
+	long state;
+} __attribute__((preserve_access_index));
+
+static __always_inline long task_state(struct task_struct *t)
+{
+	if (bpf_core_field_exists(t->__state))
+		return BPF_CORE_READ(t, __state);
+	return BPF_CORE_READ((struct task_struct___old *)t, state);
+}
+
+static __always_inline int enqueued(__u32 tgid, __u32 tid)
+{
+	__u64 now;
+
+	if (!tid || (targ_tgid && targ_tgid != tgid))
+		return 0;
+	now = bpf_ktime_get_ns();
+	bpf_map_update_elem(&start, &tid, &now, BPF_ANY);
+	return 0;
+}
+
+SEC("tp_btf/sched_wakeup")
+int BPF_PROG(runqlat_wakeup, struct task_struct *p)
+{
+	return enqueued(BPF_CORE_READ(p, tgid), BPF_CORE_READ(p, pid));
+}
+
+SEC("tp_btf/sched_wakeup_new")
+int BPF_PROG(runqlat_wakeup_new, struct task_struct *p)
+{
+	return enqueued(BPF_CORE_READ(p, tgid), BPF_CORE_READ(p, pid));
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(runqlat_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	struct runqlat_hist *hist;
+	__u32 tid, key;
+	__u64 *since, delta;
+
+	if (task_state(prev) == TASK_RUNNING)
+		enqueued(BPF_CORE_READ(prev, tgid), BPF_CORE_READ(prev, pid));
+
+	tid = BPF_CORE_READ(next, pid);
+	since = bpf_map_lookup_elem(&start, &tid);
+	if (!since)
+		return 0;
+	delta = bpf_ktime_get_ns() - *since;
+	bpf_map_delete_elem(&start, &tid);
+	if ((__s64)delta < 0)
+		return 0;
+
+	key = targ_per_process ? BPF_CORE_READ(next, tgid) : 0;
+	hist = bpf_map_lookup_elem(&hists, &key);
+	if (!hist) {
+		bpf_map_update_elem(&hists, &key, &zero_hist, BPF_NOEXIST);
+		hist = bpf_map_lookup_elem(&hists, &key);
+		if (!hist)
+			return 0;
+		if (targ_per_process)
+			BPF_CORE_READ_STR_INTO(&hist->comm, next, comm);
+	}
+	delta /= targ_ms ? 1000000 : 1000;
+	__sync_fetch_and_add(&hist->slots[ek_hist_slot(delta, RUNQLAT_SLOTS)], 1);
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "GPL";

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Install what ebpfkit needs on a Debian/Ubuntu machine, as root. Safe to run again.
+#   scripts/setup.sh            the engine and tools: clang, libbpf, bpftool, a venv with ebpfkit
+#   scripts/setup.sh --test     also what the test suite needs (gcc for test binaries)
+#   scripts/setup.sh --bench    also the alternatives the benchmarks compare against (BCC, bpftrace)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+want_test=0 want_bench=0
+for arg in "$@"; do
+  case "$arg" in
+    --test) want_test=1 ;;
+    --bench) want_bench=1 ;;
+    *) echo "usage: $0 [--test] [--bench]" >&2; exit 2 ;;
+  esac
+done
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "scripts/setup.sh installs system packages: run it as root (sudo)." >&2
+  exit 4
+fi
+
+# clang/llvm compile the BPF C at run time; libbpf1 loads it (libbpf-dev has the bpf/*.h
+# headers the programs include); bpftool and iproute2 are for inspection; python3-venv
+# holds ebpfkit and its Python dependencies apart from the system's.
+packages=(clang llvm libbpf1 libbpf-dev bpftool iproute2 python3 python3-venv python3-pip ca-certificates)
+[ "$want_test" = 1 ] && packages+=(gcc make libc6-dev)
+[ "$want_bench" = 1 ] && packages+=(gcc bpftrace python3-bpfcc "linux-headers-amd64")
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "== installing: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+python=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  echo "== creating .venv with $($python --version)"
+  "$python" -m venv .venv
+fi
+extras="notebook"
+[ "$want_test" = 1 ] && extras="test,notebook"
+echo "== installing ebpfkit[$extras] into .venv"
+.venv/bin/pip install -q --disable-pip-version-check -e ".[$extras]"
+ln -sf "$PWD/.venv/bin/ebpfkit" /usr/local/bin/ebpfkit
+echo "== ready: $(.venv/bin/ebpfkit --version)"
