@@ -90,6 +90,8 @@ def _clang_version(path: str) -> Clang:
 def find_clang(path: str | None = None) -> Clang | None:
     """The newest clang that can target BPF ($EBPFKIT_CLANG wins), or None."""
     chosen = path or os.environ.get(CLANG_ENV)
+    if chosen == "none":  # use prebuilt objects only
+        return None
     if chosen:
         resolved = shutil.which(chosen) or chosen
         if not os.access(resolved, os.X_OK):
@@ -183,7 +185,10 @@ class Compiler:
     def _run_clang(self, source: Source, obj: Path) -> dict:
         work = cache.subdir("work")
         if source.path is None:
-            src_file = work / f"{os.getpid()}-{source.name}"
+            # a directory of its own keeps the user's file name in the BTF line info that
+            # verifier logs quote ("@ name.bpf.c:12", not "@ 1234-name.bpf.c:12")
+            src_file = work / str(os.getpid()) / source.name
+            src_file.parent.mkdir(exist_ok=True)
             src_file.write_bytes(source.text)
         else:
             src_file = source.path
@@ -216,6 +221,11 @@ class Compiler:
                 try:
                     os.unlink(p)
                 except FileNotFoundError:
+                    pass
+            if source.path is None:
+                try:
+                    src_file.parent.rmdir()
+                except OSError:
                     pass
         deps.update(pch_deps)
         return deps

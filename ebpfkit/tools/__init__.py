@@ -1,0 +1,26 @@
+"""ebpfkit's tools: one module each, exposing a click command. Tools never import each other.
+
+The registry below is data the CLI and `ebpfkit doctor` read without importing any tool:
+the command's module, a one-line summary, and the hooks it can use, best first (each entry
+is a set of features that must all be available for that way of running).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class ToolInfo:
+    name: str
+    module: str
+    summary: str
+    hooks: tuple[tuple[str, tuple[str, ...]], ...] = field(default=())  # (label, required features)
+
+
+TOOLS: dict[str, ToolInfo] = {t.name: t for t in [
+    ToolInfo("doctor", "ebpfkit.tools.doctor", "Show what this kernel allows and which tools can run."),
+    ToolInfo("runqlat", "ebpfkit.tools.runqlat", "Run-queue (scheduler) latency as log2 histograms.",
+             hooks=(("tp_btf sched_wakeup/sched_switch", ("btf", "tp_btf")),)),
+    ToolInfo("build", "ebpfkit.tools.build", "Compile every BPF program into prebuilt CO-RE objects."),
+]}

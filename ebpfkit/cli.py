@@ -1,0 +1,57 @@
+"""The `ebpfkit` command: a click group whose subcommands are imported only when run."""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+from ._version import __version__
+from .output import global_options, run_cli
+from .tools import TOOLS
+
+EPILOG = """\b
+Examples:
+  ebpfkit doctor                  what this kernel allows, tool by tool
+  ebpfkit runqlat 1 5             run-queue latency, five 1-second histograms
+  ebpfkit --format json runqlat 1 1
+  ebpfkit -v doctor --format json
+Run `ebpfkit COMMAND --help` for a command's options and examples.
+"""
+
+
+class LazyGroup(click.Group):
+    """Lists tools from the registry; imports a tool's module only when it is invoked."""
+
+    def list_commands(self, ctx):
+        return sorted(TOOLS)
+
+    def get_command(self, ctx, name):
+        info = TOOLS.get(name)
+        if info is None:
+            return None
+        return getattr(importlib.import_module(info.module), name)
+
+    def format_commands(self, ctx, formatter):
+        rows = [(name, TOOLS[name].summary) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="ebpfkit")
+@global_options
+def cli():
+    """ebpfkit: eBPF diagnostics, networking and security tools on a CO-RE runtime engine.
+
+    Programs are compiled at run time against this kernel's BTF (cached), loaded
+    through libbpf, and detached when a tool ends.
+    """
+
+
+def main():
+    run_cli(cli, prog_name="ebpfkit")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+"""Plumbing every tool shares: BCC-style `[interval [count]]` and `-p PID` arguments,
+the interval loop, and the start/stop of engine objects. Tools build on it; it knows no tool."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import click
+
+
+def interval_arguments(func):
+    """BCC's positional `[interval [count]]`: print every INTERVAL seconds, COUNT times."""
+    func = click.argument("count", type=click.IntRange(min=1), required=False)(func)
+    func = click.argument("interval", type=click.FloatRange(min=0.01), required=False)(func)
+    return func
+
+
+def pid_option(func):
+    return click.option("-p", "--pid", type=int, metavar="PID", callback=_existing_pid,
+                        help="Only this process (thread group).")(func)
+
+
+def _existing_pid(ctx, param, value):
+    if value is None:
+        return None
+    if value <= 0 or not os.path.exists(f"/proc/{value}"):
+        raise click.BadParameter(f"no process with PID {value}", ctx=ctx, param=param)
+    return value
+
+
+def intervals(interval: float | None, count: int | None):
+    """Yield once per interval (sleeping in between) until COUNT intervals or Ctrl-C.
+
+    Without an interval, wait for Ctrl-C and yield once, so a tool prints a final summary.
+    """
+    if interval is None:
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            yield
+        return
+    done = 0
+    deadline = time.monotonic()
+    try:
+        while count is None or done < count:
+            deadline += interval
+            time.sleep(max(0.0, deadline - time.monotonic()))
+            done += 1
+            yield
+    except KeyboardInterrupt:
+        return
