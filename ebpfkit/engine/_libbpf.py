@@ -323,6 +323,7 @@ _LIBC_PROTOTYPES = {
     "syscall": (c_long, [c_long]),  # variadic; callers pass extra ctypes-typed arguments
     "close": (c_int, [c_int]),
     "ioctl": (c_int, [c_int, c_ulong, c_ulong]),
+    "mmap": (c_void_p, [c_void_p, c_size_t, c_int, c_int, c_int, c_long]),
 }
 
 

@@ -173,7 +173,8 @@ class Compiler:
                 log.info("clang not found; using the prebuilt CO-RE object %s", prebuilt)
                 return prebuilt
             raise NotSupportedError("clang", f"cannot compile {source.name}: no clang >= {MIN_CLANG} found",
-                                    hint=f"apt-get install clang (or set {CLANG_ENV})")
+                                    hint=f"apt-get install clang (or set {CLANG_ENV}), or run `ebpfkit build` "
+                                         "where clang exists to ship prebuilt objects")
         started = time.monotonic()
         deps = self._run_clang(source, obj)
         cache.write_json(manifest, {"deps": deps})

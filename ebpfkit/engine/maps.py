@@ -102,6 +102,8 @@ class Map(MutableMapping):
 
     @property
     def fd(self) -> int:
+        if getattr(self._owner, "closed", False):  # libbpf freed the map with its object
+            raise MapError(f"map '{self.name}' belongs to a closed object")
         fd = L.lib.bpf_map__fd(self._ptr)
         if fd < 0:
             raise MapError(f"map '{self.name}' is not loaded yet")

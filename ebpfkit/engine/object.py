@@ -151,6 +151,8 @@ class Globals:
         self._vars = {v.name: v for v in btf.datasec(section)} if btf is not None else {}
 
     def _memory(self):
+        if self._ptr is None:
+            raise LoadError(f"{self.section} is gone: its object was closed")
         size = ctypes.c_size_t()
         addr = L.lib.bpf_map__initial_value(self._ptr, ctypes.byref(size))
         if not addr:
@@ -315,6 +317,7 @@ class Object(_Base):
         for item in list(self.programs.values()) + list(self.maps.values()):
             item._owner = self
         self.rodata = spec.rodata
+        _map_writable_globals(self._sections)
         self.bss = self._globals(".bss", lambda: True)
         self.data = self._globals(".data", lambda: True)
         self.links: list[links.Link] = []
@@ -369,6 +372,9 @@ class Object(_Base):
         if self._obj:
             L.lib.bpf_object__close(self._obj)
             self._obj = None
+            for section in (self.rodata, self.bss, self.data):
+                if isinstance(section, Globals):
+                    section._ptr = None  # its memory went with the object
 
     @property
     def closed(self) -> bool:
@@ -389,6 +395,33 @@ class Object(_Base):
     def __repr__(self):
         state = "closed" if self.closed else f"{len(self.links)} links"
         return f"<Object {self.name} programs={list(self.programs)} maps={list(self.maps)} {state}>"
+
+
+_BPF_F_MMAPABLE, _BPF_F_RDONLY_PROG = 1 << 10, 1 << 7
+
+
+def _map_writable_globals(sections: dict) -> None:
+    """Point libbpf's copy of .bss/.data at the kernel maps, so Globals read and write live.
+
+    Older libbpf (1.1 here) only does this in bpf_object__load_skeleton; after a plain
+    bpf_object__load the memory stays a private copy of the initial values. Mapping the
+    map fd over it (MAP_FIXED) is what the skeleton does; bpf_object__close munmaps it."""
+    page = mmap.PAGESIZE
+    for section, ptr in sections.items():
+        flags = L.lib.bpf_map__map_flags(ptr)
+        if not flags & _BPF_F_MMAPABLE or flags & _BPF_F_RDONLY_PROG:
+            continue  # .rodata/.kconfig are frozen: the initial values are the live ones
+        size = ctypes.c_size_t()
+        addr = L.lib.bpf_map__initial_value(ptr, ctypes.byref(size))
+        fd = L.lib.bpf_map__fd(ptr)
+        if not addr or fd < 0:
+            continue
+        length = -(-((L.lib.bpf_map__value_size(ptr) + 7) & ~7) * L.lib.bpf_map__max_entries(ptr)
+                   // page) * page
+        got = L.libc.mmap(addr, length, mmap.PROT_READ | mmap.PROT_WRITE,
+                          mmap.MAP_SHARED | 0x10, fd, 0)  # 0x10: MAP_FIXED
+        if got != addr:
+            raise LoadError(f"cannot map {section} of the loaded object: {os.strerror(L.errno())}")
 
 
 def _enum(cls, value):
@@ -450,13 +483,21 @@ _sigterm_installed = False
 
 def _install_sigterm_handler():
     """Turn SIGTERM into SystemExit so context managers run and links are detached."""
-    global _sigterm_installed
+    global _sigterm_installed, _sigterm_pid
     if _sigterm_installed or threading.current_thread() is not threading.main_thread():
         return
-    _sigterm_installed = True
+    _sigterm_installed, _sigterm_pid = True, os.getpid()
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _on_sigterm)
 
 
+_sigterm_pid = os.getpid()  # the process whose stack SystemExit may unwind
+
+
 def _on_sigterm(signum, frame):
+    if os.getpid() != _sigterm_pid:
+        # a fork() child (multiprocessing, pyroute2's netns helpers) inherits this handler but
+        # must not unwind its parent's stack (pytest, a tool): die as SIGTERM normally would
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
     raise SystemExit(128 + signum)

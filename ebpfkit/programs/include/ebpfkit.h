@@ -48,6 +48,13 @@ static __always_inline void ek_count_lost(void *lost_map)
 		__err;                                                           \
 	})
 
+/* Keep a type in the object's BTF so user space can decode records of it: clang drops a
+ * struct that only local variables use. EK_EXPORT_TYPE(struct event); at file scope. */
+#define __EK_CAT2(a, b) a##b
+#define __EK_CAT(a, b) __EK_CAT2(a, b)
+#define EK_EXPORT_TYPE(type) \
+	const type *__EK_CAT(__ek_export_, __LINE__) __attribute__((unused))
+
 /* Histogram buckets: slot i counts values in [2^i, 2^(i+1)), slot 0 holds 0 and 1. */
 #define EK_MAX_SLOTS 32
 
