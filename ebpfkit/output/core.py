@@ -184,6 +184,11 @@ class Output:
             table = ResultTable(columns, rows, title=title)
         self._result(table)
 
+    def document(self, value: Mapping) -> None:
+        """A whole result as one JSON object (for --format json when a tool's answer is a
+        structure rather than rows, e.g. doctor's report)."""
+        self._write_line(to_json(dict(value)))
+
     def histogram(self, histogram: Histogram) -> None:
         self._result(histogram)
 

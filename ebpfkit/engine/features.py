@@ -1,0 +1,1083 @@
+"""What can eBPF do on this machine? Answered by trying, not by guessing.
+
+Every probe loads a tiny program written as raw BPF instructions (so no clang is needed)
+and, where attaching is the question, really attaches it, then removes everything it
+created (programs, links, perf events, a throwaway network namespace with a veth pair, a
+child cgroup, a temporary securityfs mount), also when it fails.
+
+Result rule: every probe returns a ``Probe`` whose ``status`` is
+
+* ``supported``   -- it worked here, now, as this user;
+* ``unsupported`` -- the kernel (or machine) refused or lacks it; ``reason`` says why;
+* ``unknown``     -- we could not tell (e.g. not root, or an unexpected error); ``reason`` says why.
+
+``reason`` is one short human sentence, ``detail`` carries errno and the kernel's own words,
+``value`` the datum found (a version, a path, a lockdown mode). Results are cached for the
+life of the process; ``clear_cache()`` forgets them.
+
+    >>> probe_all()["kprobe"].reason
+    'CONFIG_KPROBES is off (no kprobe PMU)'
+    >>> best_hook(["fentry", "kprobe", "tracepoint"])
+    'tracepoint'
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno as _errno
+import functools
+import importlib.util
+import os
+import platform
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..errors import EbpfkitError, NotSupportedError, PermissionDeniedError
+from . import _libbpf as L
+from . import mounts, perf
+from .constants import PERF_TYPE_TRACEPOINT, XDP_FLAGS_DRV_MODE, XDP_FLAGS_SKB_MODE
+from .constants import AttachType, MapType, ProgType
+
+SUPPORTED, UNSUPPORTED, UNKNOWN = "supported", "unsupported", "unknown"
+
+PROG_NAME = b"ebpfkit_probe"  # every probe program carries this name (tests look for leftovers)
+CGROUP_PREFIX = "ebpfkit-probe-"
+_NEEDS_ROOT = "needs root"
+
+
+@dataclass(frozen=True)
+class Probe:
+    name: str
+    label: str
+    status: str
+    reason: str
+    detail: str = ""
+    value: Any = None
+    errno: int = 0
+
+    @property
+    def supported(self) -> bool:
+        return self.status == SUPPORTED
+
+    def __str__(self) -> str:
+        return f"{self.label}: {self.status} ({self.reason})"
+
+
+class _Failed(Exception):
+    """A probe step the kernel refused: ``step`` (load, attach, ...) and errno ``err``."""
+
+    def __init__(self, step: str, err: int, reason: str = "", detail: str = "", log: str = ""):
+        super().__init__(reason or step)
+        self.step, self.err, self.reason, self.detail, self.log = step, abs(err), reason, detail, log
+
+
+def _errname(err: int) -> str:
+    return {524: "ENOTSUPP"}.get(err) or _errno.errorcode.get(err, f"errno {err}")
+
+
+def _is_root() -> bool:
+    return os.geteuid() == 0
+
+
+# --- raw BPF programs ------------------------------------------------------------------
+
+def _insn(code: int, dst: int = 0, src: int = 0, off: int = 0, imm: int = 0) -> bytes:
+    return struct.pack("<BBhi", code, (src << 4) | dst, off, imm)
+
+
+def _return(value: int) -> bytes:
+    """``r0 = value; exit``: the whole program."""
+    return _insn(0xB7, dst=0, imm=value) + _insn(0x95)
+
+
+def _kernel_version_code() -> int:
+    # only pre-5.0 kernels check kern_version for kprobe programs, but it costs nothing
+    parts = [int(p) for p in platform.release().split("-")[0].split(".")[:3] if p.isdigit()]
+    major, minor, patch = (parts + [0, 0, 0])[:3]
+    return (major << 16) + (minor << 8) + min(patch, 255)
+
+
+def _load(prog_type: int, ret: int = 0, expected_attach_type: int = 0,
+          attach_btf_id: int = 0, insns: bytes | None = None) -> int:
+    """Load ``insns`` (default: return ``ret``); returns the fd or raises _Failed('load', errno)
+    carrying the verifier's log."""
+    insns = insns or _return(ret)
+    buf = ctypes.create_string_buffer(insns, len(insns))
+
+    def attempt(log_buf=None):
+        opts = L.bpf_prog_load_opts(expected_attach_type=expected_attach_type,
+                                    attach_btf_id=attach_btf_id,
+                                    kern_version=_kernel_version_code())
+        if log_buf is not None:
+            opts.log_level, opts.log_size = 1, len(log_buf)
+            opts.log_buf = ctypes.cast(log_buf, ctypes.c_void_p)
+        return L.lib.bpf_prog_load(prog_type, PROG_NAME, b"GPL", buf, len(insns) // 8,
+                                   ctypes.byref(opts))
+
+    fd = attempt()
+    if fd >= 0:
+        return fd
+    err = -fd
+    log_buf = ctypes.create_string_buffer(16384)  # again, to get the kernel's own words
+    fd = attempt(log_buf)
+    if fd >= 0:  # should not happen; do not leak it
+        os.close(fd)
+    log = log_buf.value.decode(errors="replace").strip()
+    last = [line for line in log.splitlines() if not line.startswith("processed ")][-1:]
+    raise _Failed("load", err, detail="; ".join(last), log=log)
+
+
+def _close_on_exit(stack: contextlib.ExitStack, fd: int, step: str) -> int:
+    """Register ``fd`` to be closed, or raise _Failed(step) for a negative return value."""
+    if fd < 0:
+        raise _Failed(step, -fd)
+    stack.callback(os.close, fd)
+    return fd
+
+
+def _loaded(stack, prog_type, ret=0, expected_attach_type=0, attach_btf_id=0) -> int:
+    return _close_on_exit(stack, _load(prog_type, ret, expected_attach_type, attach_btf_id), "load")
+
+
+def _link_create(stack, prog_fd: int, target_fd: int, attach_type: int, flags: int = 0) -> int:
+    opts = L.bpf_link_create_opts(flags=flags)
+    return _close_on_exit(stack, L.lib.bpf_link_create(prog_fd, target_fd, attach_type,
+                                                       ctypes.byref(opts)), "attach")
+
+
+def _link_or_prog_attach(stack, prog_fd: int, target_fd: int, attach_type: int) -> str:
+    """A bpf_link, or on kernels without that link kind BPF_PROG_ATTACH (+ detach on exit)."""
+    opts = L.bpf_link_create_opts()
+    fd = L.lib.bpf_link_create(prog_fd, target_fd, attach_type, ctypes.byref(opts))
+    if fd >= 0:
+        stack.callback(os.close, fd)
+        return "bpf_link"
+    if -fd not in (_errno.EINVAL, _errno.EOPNOTSUPP, 524):
+        raise _Failed("attach", -fd)
+    err = L.lib.bpf_prog_attach(prog_fd, target_fd, attach_type, 0)
+    if err:
+        raise _Failed("attach", -err)
+    stack.callback(L.lib.bpf_prog_detach2, prog_fd, target_fd, attach_type)
+    return "BPF_PROG_ATTACH"
+
+
+def _attach_perf_event(stack, prog_fd: int, attr: perf.perf_event_attr, pid: int = -1,
+                       cpu: int = 0) -> None:
+    """perf_event_open + bpf_link_create(BPF_PERF_EVENT); the ioctl on kernels < 5.15."""
+    try:
+        pfd = perf.open_event(attr, pid=pid, cpu=cpu)
+    except EbpfkitError as exc:
+        raise _Failed("open the perf event for", L.errno(), detail=str(exc)) from None
+    stack.callback(os.close, pfd)
+    opts = L.bpf_link_create_opts()
+    fd = L.lib.bpf_link_create(prog_fd, pfd, AttachType.PERF_EVENT, ctypes.byref(opts))
+    if fd >= 0:
+        stack.callback(os.close, fd)
+        return
+    if -fd != _errno.EINVAL:
+        raise _Failed("attach", -fd)
+    PERF_EVENT_IOC_SET_BPF = 0x40042408
+    if L.libc.ioctl(pfd, PERF_EVENT_IOC_SET_BPF, prog_fd) != 0:
+        raise _Failed("attach", L.errno())
+
+
+# --- the probe registry ----------------------------------------------------------------
+
+_REGISTRY: dict[str, tuple[str, Callable[[str, str], Probe]]] = {}
+_cache: dict[str, Probe] = {}
+_lock = threading.RLock()
+
+
+def _register(name: str, label: str):
+    def wrap(fn):
+        _REGISTRY[name] = (label, fn)
+        return fn
+    return wrap
+
+
+def names() -> list[str]:
+    """Every probe name, in display order."""
+    return list(_REGISTRY)
+
+
+def label(name: str) -> str:
+    return _REGISTRY[name][0]
+
+
+def probe(name: str) -> Probe:
+    """The (cached) result of one probe; KeyError for an unknown name."""
+    if name not in _REGISTRY:
+        raise KeyError(f"no feature probe named {name!r}; known: {', '.join(_REGISTRY)}")
+    with _lock:
+        if name not in _cache:
+            lbl, fn = _REGISTRY[name]
+            try:
+                _cache[name] = fn(name, lbl)
+            except Exception as exc:  # a probe must answer, never crash the caller
+                _cache[name] = Probe(name, lbl, UNKNOWN, f"probe failed: {exc}",
+                                     detail=type(exc).__name__)
+        return _cache[name]
+
+
+def clear_cache() -> None:
+    with _lock:
+        _cache.clear()
+        for fn in (_vmlinux_btf_ids, _securityfs, _net_group, _cgroup_group, have_program_type,
+                   have_map_type, have_helper):
+            fn.cache_clear()
+
+
+def probe_all() -> dict[str, Probe]:
+    """Every probe, in a stable display order (the networking and cgroup groups run once each)."""
+    return {name: probe(name) for name in _REGISTRY}
+
+
+def best_hook(candidates: list[str]) -> str | None:
+    """The first of ``candidates`` that is supported here, or None."""
+    for name in candidates:
+        if probe(name).supported:
+            return name
+    return None
+
+
+def require(name: str) -> Probe:
+    """The probe result when supported; else NotSupportedError (PermissionDeniedError when
+    only root could tell) with a hint saying what to do."""
+    result = probe(name)
+    if result.supported:
+        return result
+    message = f"{result.label}: {result.reason}"
+    if result.reason == _NEEDS_ROOT:
+        raise PermissionDeniedError(f"{message} to find out whether {name} works here",
+                                    hint="run as root (or with CAP_BPF, CAP_PERFMON, CAP_NET_ADMIN)")
+    raise NotSupportedError(name, message, hint=HINTS.get(name))
+
+
+def _result(status: str, reason: str, **kw):
+    """A partial result; the registry fills in name and label."""
+    return status, reason, kw
+
+
+def _attach_probe(fn: Callable[[], tuple]) -> Callable[[str, str], Probe]:
+    """Wrap a probe body: root check, and _Failed -> unsupported with a clear reason."""
+
+    @functools.wraps(fn)
+    def run(name: str, lbl: str) -> Probe:
+        if not _is_root():
+            return Probe(name, lbl, UNKNOWN, _NEEDS_ROOT)
+        try:
+            status, reason, kw = fn()
+        except _Failed as exc:
+            return _refused(name, lbl, exc)
+        return Probe(name, lbl, status, reason, **kw)
+
+    return run
+
+
+def _refused(name: str, lbl: str, exc: _Failed) -> Probe:
+    kind = _KIND.get(name, f"a {name}")
+    reason = exc.reason or f"kernel refused to {exc.step} {kind} program ({_errname(exc.err)})"
+    if not exc.reason:
+        cause = _CAUSES.get((name, exc.err)) or _CAUSES.get((None, exc.err))
+        if cause:
+            reason += f": {cause}"
+    parts = [f"{exc.step}: {_errname(exc.err)} ({os.strerror(exc.err)})"] if exc.err else []
+    detail = "; ".join(parts + ([exc.detail] if exc.detail else []))
+    return Probe(name, lbl, UNSUPPORTED, reason, detail=detail, errno=exc.err)
+
+
+# how a refusal names the program: "kernel refused to load <kind> program (EPERM)"
+_KIND = {"raw_tp": "a raw tracepoint", "xdp_native": "a native XDP", "xdp_generic": "a generic XDP",
+         "cgroup_sock_addr": "a cgroup sock_addr (connect4)", "prog_test_run": "an XDP",
+         "lsm": "an LSM", "uprobe": "a uprobe (KPROBE type)", "kprobe": "a kprobe",
+         "tracepoint": "a tracepoint", "perf_event": "a perf_event", "tc": "a tc (sched_cls)"}
+_TRAMPOLINE_LOCKED = "trampolines are locked (no fentry/fexit/LSM attach on this kernel)"
+_CAUSES = {
+    ("fentry", 1): _TRAMPOLINE_LOCKED,
+    ("fexit", 1): _TRAMPOLINE_LOCKED,
+    ("lsm", 1): _TRAMPOLINE_LOCKED,
+    ("fentry", 524): "this kernel has no BPF trampolines for this architecture",
+    ("fexit", 524): "this kernel has no BPF trampolines for this architecture",
+    ("xdp_native", 95): "the driver has no native XDP",
+    (None, 22): "the kernel does not know this program or attach type (too old?)",
+    (None, 1): "operation not permitted (lockdown or missing capabilities)",
+}
+
+
+# --- facts -----------------------------------------------------------------------------
+
+def kernel_release() -> str:
+    return platform.release()
+
+
+def libbpf_version() -> str:
+    """The loaded libbpf's full version (from its file name), else major.minor."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.split()[-1]
+                base = os.path.basename(path)
+                if base.startswith("libbpf.so."):
+                    return os.path.basename(os.path.realpath(path))[len("libbpf.so."):]
+    except OSError:
+        pass
+    return "%d.%d" % L.version()
+
+
+def _mount_points(fstype: str) -> list[str]:
+    try:
+        with open("/proc/self/mounts") as f:
+            return [p[1] for p in (line.split() for line in f) if len(p) > 2 and p[2] == fstype]
+    except OSError:
+        return []
+
+
+def mounted_bpffs() -> str | None:
+    """Where bpffs is mounted (preferring /sys/fs/bpf), or None. Not cached: mounts change."""
+    points = _mount_points("bpf")
+    return mounts.BPFFS if mounts.BPFFS in points else (points[0] if points else None)
+
+
+def mounted_tracefs() -> str | None:
+    """The tracing directory if tracefs (or debugfs/tracing) is mounted, else None."""
+    points = _mount_points("tracefs")
+    if mounts.TRACEFS in points:
+        return mounts.TRACEFS
+    if points:
+        return points[0]
+    if os.path.isdir(os.path.join(mounts.DEBUGFS_TRACING, "events")):
+        return mounts.DEBUGFS_TRACING
+    return None
+
+
+def _filesystem_known(fstype: str) -> bool:
+    try:
+        with open("/proc/filesystems") as f:
+            return any(line.split()[-1] == fstype for line in f if line.strip())
+    except OSError:
+        return False
+
+
+@functools.cache
+def _securityfs() -> dict:
+    """The 'lockdown' and 'lsm' files of securityfs, mounting it on a private temporary
+    directory for the read if it is not mounted (and unmounting it again)."""
+    points = _mount_points("securityfs")
+    if points:
+        return _read_security_files(points[0])
+    if not _is_root():
+        return {"error": "securityfs is not mounted and mounting it needs root"}
+    if not _filesystem_known("securityfs"):
+        return {"error": "this kernel has no securityfs"}
+    tmp = tempfile.mkdtemp(prefix="ebpfkit-securityfs-")
+    try:
+        if L.libc.mount(b"securityfs", tmp.encode(), b"securityfs", 0, None) != 0:
+            err = L.errno()
+            return {"error": f"cannot mount securityfs: {os.strerror(err)}"}
+        try:
+            return _read_security_files(tmp)
+        finally:
+            if L.libc.umount2(tmp.encode(), 0) != 0:
+                L.libc.umount2(tmp.encode(), 2)  # MNT_DETACH: still gone from the tree
+    finally:
+        os.rmdir(tmp)
+
+
+def _read_security_files(root: str) -> dict:
+    out = {}
+    for name in ("lockdown", "lsm"):
+        try:
+            with open(os.path.join(root, name)) as f:
+                out[name] = f.read().strip()
+        except OSError as exc:
+            out[name + "_error"] = f"cannot read {name} from securityfs: {exc.strerror}"
+    return out
+
+
+def active_lsms() -> list[str] | None:
+    """The active LSMs in order (securityfs 'lsm'), or None when they cannot be read."""
+    text = _securityfs().get("lsm")
+    return None if text is None else [m for m in text.split(",") if m]
+
+
+def _lsm_read_error() -> str:
+    sec = _securityfs()
+    return sec.get("error") or sec.get("lsm_error") or "active LSMs unknown"
+
+
+def btf_available() -> Probe:
+    return probe("btf")
+
+
+def lockdown_mode() -> Probe:
+    """value: none / integrity / confidentiality. Supported = BPF may read kernel memory."""
+    return probe("lockdown")
+
+
+def lsm_active() -> Probe:
+    return probe("lsm_active")
+
+
+def clang_version() -> Probe:
+    return probe("clang")
+
+
+def bcc_available() -> Probe:
+    return probe("bcc")
+
+
+@_register("btf", "kernel BTF")
+def _probe_btf(name, lbl):
+    path = "/sys/kernel/btf/vmlinux"
+    try:
+        size = os.stat(path).st_size
+        with open(path, "rb"):
+            pass
+    except FileNotFoundError:
+        return Probe(name, lbl, UNSUPPORTED, f"{path} is missing (kernel built without "
+                     "CONFIG_DEBUG_INFO_BTF)")
+    except OSError as exc:
+        return Probe(name, lbl, UNKNOWN, f"cannot read {path}: {exc.strerror}", errno=exc.errno)
+    return Probe(name, lbl, SUPPORTED, f"{path} ({size / 1e6:.1f} MB)", value=path)
+
+
+@_register("libbpf", "libbpf")
+def _probe_libbpf(name, lbl):
+    version = libbpf_version()
+    return Probe(name, lbl, SUPPORTED, f"libbpf {version}", value=version)
+
+
+@_register("clang", "clang (for C programs)")
+def _probe_clang(name, lbl):
+    from .compiler import MIN_CLANG, find_clang
+
+    try:
+        clang = find_clang()
+    except NotSupportedError as exc:
+        return Probe(name, lbl, UNSUPPORTED, str(exc))
+    if clang is None:
+        return Probe(name, lbl, UNSUPPORTED, f"no clang >= {MIN_CLANG} found on PATH")
+    version = ".".join(map(str, clang.version))
+    return Probe(name, lbl, SUPPORTED, f"clang {version} at {clang.path}", value=version,
+                 detail=clang.text)
+
+
+def _python_imports_bcc(python: str) -> str | None:
+    """bcc's version when ``python`` can import it (checked in a child process), else None."""
+    code = "import bcc; print(getattr(bcc, '__version__', '?'))"
+    try:
+        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=20,
+                             check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or "?" if out.returncode == 0 else None
+
+
+@_register("bcc", "BCC (python bcc module)")
+def _probe_bcc(name, lbl):
+    pythons = [sys.executable]
+    if os.path.realpath("/usr/bin/python3") != os.path.realpath(sys.executable):
+        pythons.append("/usr/bin/python3")
+    for python in pythons:
+        # our own interpreter: a cheap find_spec first, so a missing bcc costs no child process
+        if python == sys.executable and importlib.util.find_spec("bcc") is None:
+            continue
+        if os.path.exists(python) and (version := _python_imports_bcc(python)) is not None:
+            where = "this python" if python == sys.executable else python
+            reason = f"bcc {version} importable with {where}"
+            headers = f"/lib/modules/{kernel_release()}/build"
+            if not os.path.exists(headers):
+                reason += f" (no kernel headers at {headers}: BCC cannot compile)"
+            return Probe(name, lbl, SUPPORTED, reason, value=python)
+    return Probe(name, lbl, UNSUPPORTED, f"no bcc module for {' or '.join(pythons)}")
+
+
+@_register("bpffs", "bpffs (pins)")
+def _probe_bpffs(name, lbl):
+    where = mounted_bpffs()
+    if where:
+        return Probe(name, lbl, SUPPORTED, f"mounted at {where}", value=where)
+    if not _filesystem_known("bpf"):
+        return Probe(name, lbl, UNSUPPORTED, "this kernel has no bpf filesystem")
+    if not _is_root():
+        return Probe(name, lbl, UNKNOWN, f"not mounted; mounting it at {mounts.BPFFS} needs root")
+    return Probe(name, lbl, SUPPORTED, f"not mounted; ebpfkit mounts it at {mounts.BPFFS} when needed")
+
+
+@_register("tracefs", "tracefs")
+def _probe_tracefs(name, lbl):
+    where = mounted_tracefs()
+    if where:
+        return Probe(name, lbl, SUPPORTED, f"mounted at {where}", value=where)
+    if not _filesystem_known("tracefs"):
+        return Probe(name, lbl, UNSUPPORTED, "this kernel has no tracefs")
+    if not _is_root():
+        return Probe(name, lbl, UNKNOWN, f"not mounted; mounting it at {mounts.TRACEFS} needs root")
+    return Probe(name, lbl, SUPPORTED, f"not mounted; ebpfkit mounts it at {mounts.TRACEFS} when needed")
+
+
+@_register("lockdown", "kernel lockdown")
+def _probe_lockdown(name, lbl):
+    sec = _securityfs()
+    text = sec.get("lockdown")
+    if text is None:
+        return Probe(name, lbl, UNKNOWN, sec.get("error") or sec.get("lockdown_error", "unreadable"))
+    mode = next((w.strip("[]") for w in text.split() if w.startswith("[")), text)
+    if mode == "confidentiality":
+        return Probe(name, lbl, UNSUPPORTED, "lockdown=confidentiality: BPF may not read kernel "
+                     "memory", value=mode, detail=text)
+    note = {"none": "no restrictions",
+            "integrity": "kernel reads allowed; bpf_probe_write_user refused"}.get(mode, "")
+    return Probe(name, lbl, SUPPORTED, f"lockdown={mode}" + (f" ({note})" if note else ""),
+                 value=mode, detail=text)
+
+
+@_register("lsm_active", "BPF LSM active")
+def _probe_lsm_active(name, lbl):
+    lsms = active_lsms()
+    if lsms is None:
+        return Probe(name, lbl, UNKNOWN, _lsm_read_error())
+    listed = ",".join(lsms)
+    if "bpf" in lsms:
+        return Probe(name, lbl, SUPPORTED, f"bpf is an active LSM: {listed}", value=lsms)
+    return Probe(name, lbl, UNSUPPORTED, f"bpf not in active LSMs: {listed}", value=lsms)
+
+
+# --- program, map and helper types ----------------------------------------------------
+
+def _libbpf_probe(name: str, lbl: str, rc: int, refused: str) -> Probe:
+    if rc == 1:
+        return Probe(name, lbl, SUPPORTED, "the kernel accepts it (libbpf probe)")
+    if rc == 0:
+        return Probe(name, lbl, UNSUPPORTED, refused)
+    if -rc in (_errno.EOPNOTSUPP, 524):
+        return Probe(name, lbl, UNKNOWN, f"libbpf {libbpf_version()} cannot probe it (newer "
+                     "than this libbpf)", errno=-rc)
+    return Probe(name, lbl, UNKNOWN, f"libbpf could not tell ({_errname(-rc)})", errno=-rc)
+
+
+@functools.cache
+def have_program_type(prog_type: ProgType) -> Probe:
+    prog_type = ProgType(prog_type)
+    name, lbl = f"prog_type:{prog_type.name.lower()}", f"program type {prog_type.name}"
+    if not _is_root():
+        return Probe(name, lbl, UNKNOWN, _NEEDS_ROOT)
+    if prog_type in _HELPER_TARGETS:  # libbpf 1.1 probes these without a target: wrong answers
+        return _own_prog_type_probe(name, lbl, prog_type)
+    return _libbpf_probe(name, lbl, L.lib.libbpf_probe_bpf_prog_type(prog_type, None),
+                         "the kernel refused libbpf's test program of this type")
+
+
+def _own_prog_type_probe(name: str, lbl: str, prog_type: ProgType) -> Probe:
+    attach_type, target = _HELPER_TARGETS[prog_type]
+    try:
+        btf_id = _btf_id(target) if target else 0
+        os.close(_load(prog_type, expected_attach_type=attach_type, attach_btf_id=btf_id))
+    except _Failed as exc:
+        why = exc.reason or f"the kernel refused to load one ({_errname(exc.err)})"
+        return Probe(name, lbl, UNSUPPORTED, why, detail=exc.detail, errno=exc.err)
+    return Probe(name, lbl, SUPPORTED, "a program of this type loaded")
+
+
+@functools.cache
+def have_map_type(map_type: MapType) -> Probe:
+    map_type = MapType(map_type)
+    name, lbl = f"map_type:{map_type.name.lower()}", f"map type {map_type.name}"
+    if not _is_root():
+        return Probe(name, lbl, UNKNOWN, _NEEDS_ROOT)
+    return _libbpf_probe(name, lbl, L.lib.libbpf_probe_bpf_map_type(map_type, None),
+                         "the kernel refused to create a map of this type")
+
+
+# The verifier's words for "no such helper here" (older and newer kernels). libbpf 1.1's
+# libbpf_probe_bpf_helper() knows only the first two and says "supported" on kernel 6.18.
+_NO_HELPER = ("invalid func ", "unknown func ", "cannot use helper", "helper call is not allowed")
+# program types that load only with an attach target (kernel BTF id or attach type)
+_HELPER_TARGETS = {ProgType.TRACING: (AttachType.TRACE_RAW_TP, "btf_trace_sched_switch"),
+                   ProgType.LSM: (AttachType.LSM_MAC, "bpf_lsm_file_open"),
+                   ProgType.CGROUP_SOCK_ADDR: (AttachType.CGROUP_INET4_CONNECT, None),
+                   ProgType.CGROUP_SOCKOPT: (AttachType.CGROUP_GETSOCKOPT, None)}
+
+
+@functools.cache
+def have_helper(prog_type: ProgType, helper_id: int) -> Probe:
+    """Can a ``prog_type`` program call helper number ``helper_id`` (enum bpf_func_id)?
+
+    Loads ``call helper_id; r0 = 0; exit`` (r1 = ctx, r2-r5 = 0). The kernel either loads
+    it, names the helper as unknown / not allowed here (unsupported), or objects to the
+    dummy arguments, which means it knows the helper for this type (supported)."""
+    prog_type = ProgType(prog_type)
+    name = f"helper:{helper_id}@{prog_type.name.lower()}"
+    lbl = f"helper {helper_id} in {prog_type.name} programs"
+    if not _is_root():
+        return Probe(name, lbl, UNKNOWN, _NEEDS_ROOT)
+    attach_type, target = _HELPER_TARGETS.get(prog_type, (0, None))
+    zero_args = b"".join(_insn(0xB7, dst=r) for r in range(2, 6))
+    insns = zero_args + _insn(0x85, imm=helper_id) + _return(0)
+    try:
+        btf_id = _btf_id(target) if target else 0
+        os.close(_load(prog_type, expected_attach_type=attach_type, attach_btf_id=btf_id,
+                       insns=insns))
+    except _Failed as exc:
+        if any(words in exc.log for words in _NO_HELPER):
+            return Probe(name, lbl, UNSUPPORTED, exc.detail or "the verifier refused the helper")
+        if not exc.log:  # refused before the verifier looked at the call
+            why = exc.reason or f"{_errname(exc.err)} before verification"
+            return Probe(name, lbl, UNKNOWN, f"cannot load a {prog_type.name} program here: {why}",
+                         errno=exc.err)
+        return Probe(name, lbl, SUPPORTED, "the verifier knows it (it objected only to the "
+                     "test arguments)", detail=exc.detail)
+    return Probe(name, lbl, SUPPORTED, "a program calling it loaded")
+
+
+# --- tracing attach probes -------------------------------------------------------------
+
+_BTF_KIND_TYPEDEF, _BTF_KIND_FUNC = 8, 12
+_BTF_TARGETS = {"btf_trace_sched_switch": _BTF_KIND_TYPEDEF, "vfs_read": _BTF_KIND_FUNC,
+                "bpf_lsm_file_open": _BTF_KIND_FUNC}
+
+
+@functools.cache
+def _vmlinux_btf_ids() -> dict[str, int]:
+    """BTF ids of the few kernel types the probes attach to (one parse of vmlinux BTF)."""
+    btf = L.lib.btf__load_vmlinux_btf()
+    if not btf:
+        return {}
+    try:
+        ids = {}
+        for name, kind in _BTF_TARGETS.items():
+            type_id = L.lib.btf__find_by_name_kind(btf, name.encode(), kind)
+            if type_id > 0:
+                ids[name] = type_id
+        return ids
+    finally:
+        L.lib.btf__free(btf)
+
+
+def _btf_id(name: str) -> int:
+    if not os.path.exists("/sys/kernel/btf/vmlinux"):
+        raise _Failed("find", 0, reason="no kernel BTF (/sys/kernel/btf/vmlinux)")
+    type_id = _vmlinux_btf_ids().get(name)
+    if not type_id:
+        raise _Failed("find", 0, reason=f"kernel BTF has no {name}")
+    return type_id
+
+
+_TRACEPOINTS = ["syscalls/sys_enter_getpid", "sched/sched_switch"]
+
+
+@_register("tracepoint", "tracepoint (perf event)")
+@_attach_probe
+def _probe_tracepoint():
+    try:
+        tracing = mounts.ensure_tracefs()  # left mounted, as the engine itself does
+    except EbpfkitError as exc:
+        raise _Failed("mount", 0, reason=f"tracefs unavailable: {exc}") from None
+    for tp in _TRACEPOINTS:
+        try:
+            with open(os.path.join(tracing, "events", tp, "id")) as f:
+                tp_id = int(f.read())
+            break
+        except (OSError, ValueError):
+            continue
+    else:
+        raise _Failed("find", 0, reason=f"no tracepoint ids under {tracing}/events")
+    with contextlib.ExitStack() as stack:
+        prog = _loaded(stack, ProgType.TRACEPOINT)
+        attr = perf.perf_event_attr(type=PERF_TYPE_TRACEPOINT, config=tp_id)
+        _attach_perf_event(stack, prog, attr)
+    return _result(SUPPORTED, f"attached to {tp}", value=tp)
+
+
+@_register("raw_tp", "raw tracepoint")
+@_attach_probe
+def _probe_raw_tp():
+    with contextlib.ExitStack() as stack:
+        prog = _loaded(stack, ProgType.RAW_TRACEPOINT)
+        _close_on_exit(stack, L.lib.bpf_raw_tracepoint_open(b"sched_switch", prog), "attach")
+    return _result(SUPPORTED, "attached to sched_switch")
+
+
+def _trace_prog(attach_type: AttachType, target: str) -> None:
+    """Load a BTF-typed tracing program on ``target`` and attach it (raw_tracepoint_open)."""
+    prog_type = ProgType.LSM if attach_type == AttachType.LSM_MAC else ProgType.TRACING
+    btf_id = _btf_id(target)
+    with contextlib.ExitStack() as stack:
+        prog = _loaded(stack, prog_type, expected_attach_type=attach_type, attach_btf_id=btf_id)
+        _close_on_exit(stack, L.lib.bpf_raw_tracepoint_open(None, prog), "attach")
+
+
+@_register("tp_btf", "BTF tracepoint (tp_btf)")
+@_attach_probe
+def _probe_tp_btf():
+    _trace_prog(AttachType.TRACE_RAW_TP, "btf_trace_sched_switch")
+    return _result(SUPPORTED, "attached to sched_switch")
+
+
+def _kernel_function(candidates=("vfs_read", "ksys_read")) -> str | None:
+    """The first of ``candidates`` that /proc/kallsyms lists as a function."""
+    wanted = set(candidates)
+    found = set()
+    try:
+        with open("/proc/kallsyms") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 3 and parts[2] in wanted and parts[1] in "tT":
+                    found.add(parts[2])
+                    if candidates[0] in found:
+                        break
+    except OSError:
+        return None
+    return next((c for c in candidates if c in found), None)
+
+
+def _probe_pmu_attr(pmu: int, path_or_func: bytes, offset: int, keep: list) -> perf.perf_event_attr:
+    """A kprobe/uprobe PMU attr: config1 points at the name, config2 is the offset."""
+    name = ctypes.create_string_buffer(path_or_func)
+    keep.append(name)  # the kernel reads it during perf_event_open
+    return perf.perf_event_attr(type=pmu, config1=ctypes.addressof(name), config2=offset)
+
+
+@_register("kprobe", "kprobe")
+@_attach_probe
+def _probe_kprobe():
+    pmu = perf.pmu_type("kprobe")
+    if pmu is None:
+        tracing = mounted_tracefs()
+        if tracing and os.path.exists(os.path.join(tracing, "kprobe_events")):
+            return _result(UNKNOWN, "no kprobe PMU, only legacy kprobe_events (not probed)")
+        raise _Failed("find", 0, reason="CONFIG_KPROBES is off (no kprobe PMU)",
+                      detail="no /sys/bus/event_source/devices/kprobe, no kprobe_events")
+    function = _kernel_function()
+    if function is None:
+        raise _Failed("find", 0, reason="neither vfs_read nor ksys_read in /proc/kallsyms")
+    keep: list = []
+    with contextlib.ExitStack() as stack:
+        prog = _loaded(stack, ProgType.KPROBE)
+        _attach_perf_event(stack, prog, _probe_pmu_attr(pmu, function.encode(), 0, keep))
+    return _result(SUPPORTED, f"attached to {function}", value=function)
+
+
+@_register("fentry", "fentry")
+@_attach_probe
+def _probe_fentry():
+    _trace_prog(AttachType.TRACE_FENTRY, "vfs_read")
+    return _result(SUPPORTED, "attached to vfs_read")
+
+
+@_register("fexit", "fexit")
+@_attach_probe
+def _probe_fexit():
+    _trace_prog(AttachType.TRACE_FEXIT, "vfs_read")
+    return _result(SUPPORTED, "attached to vfs_read")
+
+
+@_register("lsm", "BPF LSM program")
+@_attach_probe
+def _probe_lsm():
+    lsms = active_lsms()
+    listed = ",".join(lsms) if lsms is not None else "unknown"
+    try:
+        _trace_prog(AttachType.LSM_MAC, "bpf_lsm_file_open")
+    except _Failed as exc:
+        if exc.err == 0 and "bpf_lsm_file_open" in exc.reason:
+            exc.reason = "kernel BTF has no bpf_lsm_file_open (CONFIG_BPF_LSM is off)"
+        exc.detail = (exc.detail + "; " if exc.detail else "") + f"active LSMs: {listed}"
+        raise
+    if lsms is None:
+        return _result(SUPPORTED, f"attached to file_open ({_lsm_read_error()})")
+    if "bpf" not in lsms:
+        # loads and attaches, yet would never run
+        return _result(UNSUPPORTED, f"bpf not in active LSMs: {listed}", value=lsms)
+    return _result(SUPPORTED, "attached to file_open; bpf is an active LSM", value=lsms)
+
+
+def _elf_entry_offset(path: str) -> int:
+    """The file offset of an ELF64 executable's entry point (e_entry inside its PT_LOAD)."""
+    with open(path, "rb") as f:
+        ident = f.read(16)
+        if ident[:4] != b"\x7fELF" or ident[4] != 2:
+            raise ValueError(f"{path} is not a 64-bit ELF file")
+        order = "<" if ident[5] == 1 else ">"
+        header = f.read(48)
+        entry, phoff = struct.unpack_from(order + "QQ", header, 8)
+        phentsize, phnum = struct.unpack_from(order + "HH", header, 38)
+        for i in range(phnum):
+            f.seek(phoff + i * phentsize)
+            p_type, _flags, p_offset, p_vaddr, _paddr, p_filesz = struct.unpack(
+                order + "IIQQQQ", f.read(40))
+            if p_type == 1 and p_vaddr <= entry < p_vaddr + p_filesz:  # PT_LOAD
+                return entry - p_vaddr + p_offset
+    raise ValueError(f"{path}: entry point {entry:#x} is in no loadable segment")
+
+
+@_register("uprobe", "uprobe")
+@_attach_probe
+def _probe_uprobe():
+    pmu = perf.pmu_type("uprobe")
+    if pmu is None:
+        raise _Failed("find", 0, reason="CONFIG_UPROBE_EVENTS is off (no uprobe PMU)")
+    binary = os.path.realpath(sys.executable)
+    try:
+        offset = _elf_entry_offset(binary)
+    except (OSError, ValueError, struct.error) as exc:
+        return _result(UNKNOWN, f"cannot find an entry point in {binary}: {exc}")
+    keep: list = []
+    with contextlib.ExitStack() as stack:
+        prog = _loaded(stack, ProgType.KPROBE)
+        _attach_perf_event(stack, prog, _probe_pmu_attr(pmu, os.fsencode(binary), offset, keep))
+    return _result(SUPPORTED, f"attached to {os.path.basename(binary)}+{offset:#x}")
+
+
+@_register("perf_event", "perf_event (cpu-clock sampling)")
+@_attach_probe
+def _probe_perf_event():
+    with contextlib.ExitStack() as stack:
+        prog = _loaded(stack, ProgType.PERF_EVENT)
+        _attach_perf_event(stack, prog, perf.sampling_attr(period=10**9), cpu=0)  # 1 s: ~never fires
+    return _result(SUPPORTED, "attached to cpu-clock on cpu 0")
+
+
+# --- networking: XDP and tc on a veth pair inside a throwaway network namespace ----------
+
+_CLONE_NEWNET = 0x40000000
+_XDP_PASS, _TCX_NEXT = 2, -1
+
+
+def _in_fresh_netns(work: Callable[[int], dict]) -> dict:
+    """Run ``work(ifindex of a veth)`` in a worker thread that alone enters a new network
+    namespace (namespaces are per thread); the namespace dies with that thread."""
+    result: dict = {}
+
+    def thread_main():
+        try:
+            result.update(_netns_body(work))
+        except BaseException as exc:  # handed to the caller's thread
+            result["__error__"] = exc
+
+    thread = threading.Thread(target=thread_main, name="ebpfkit-netns-probe", daemon=True)
+    thread.start()
+    thread.join()
+    if "__error__" in result:
+        raise result["__error__"]
+    return result
+
+
+def _netns_body(work: Callable[[int], dict]) -> dict:
+    from pyroute2 import IPRoute
+
+    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    try:
+        if L.libc.unshare(_CLONE_NEWNET) != 0:
+            raise _Failed("unshare", L.errno(), reason="cannot create a network namespace")
+        try:
+            with IPRoute() as ipr:
+                ipr.link("add", ifname="ebpfkit0", kind="veth", peer="ebpfkit1")
+                ifindex = ipr.link_lookup(ifname="ebpfkit0")[0]
+                try:
+                    return work(ifindex)
+                finally:
+                    ipr.link("del", index=ifindex)  # the netns would take it anyway
+        finally:
+            L.libc.setns(home, _CLONE_NEWNET)  # back home; the new netns is freed now
+    finally:
+        os.close(home)
+
+
+def _catch(fn: Callable[[], tuple]) -> tuple | _Failed:
+    try:
+        return fn()
+    except _Failed as exc:
+        return exc
+
+
+def _xdp_attach(ifindex: int, flags: int) -> tuple:
+    with contextlib.ExitStack() as stack:
+        prog = _loaded(stack, ProgType.XDP, ret=_XDP_PASS, expected_attach_type=AttachType.XDP)
+        _link_create(stack, prog, ifindex, AttachType.XDP, flags)
+    return _result(SUPPORTED, "attached to a veth in a throwaway netns")
+
+
+def _tc_attach(ifindex: int) -> tuple:
+    with contextlib.ExitStack() as stack:
+        prog = _loaded(stack, ProgType.SCHED_CLS, ret=_TCX_NEXT)
+        opts = L.bpf_link_create_opts()
+        fd = L.lib.bpf_link_create(prog, ifindex, AttachType.TCX_INGRESS, ctypes.byref(opts))
+        if fd >= 0:
+            stack.callback(os.close, fd)
+            return _result(SUPPORTED, "tcx link on a veth in a throwaway netns")
+        if -fd not in (_errno.EINVAL, _errno.EOPNOTSUPP, 524):
+            raise _Failed("attach", -fd)
+        _tc_clsact(prog, ifindex)  # kernels < 6.6: no tcx links
+    return _result(SUPPORTED, "clsact on a veth in a throwaway netns (no tcx links here)")
+
+
+def _tc_clsact(prog: int, ifindex: int) -> None:
+    hook = L.bpf_tc_hook(ifindex=ifindex, attach_point=1)  # BPF_TC_INGRESS
+    err = L.lib.bpf_tc_hook_create(ctypes.byref(hook))
+    if err and -err != _errno.EEXIST:
+        raise _Failed("attach", -err)
+    try:
+        opts = L.bpf_tc_opts(prog_fd=prog)
+        err = L.lib.bpf_tc_attach(ctypes.byref(hook), ctypes.byref(opts))
+        if err:
+            raise _Failed("attach", -err)
+    finally:
+        L.lib.bpf_tc_hook_destroy(ctypes.byref(hook))  # removes the filter with the qdisc
+
+
+@functools.cache
+def _net_group() -> dict:
+    """xdp_native, xdp_generic and tc, all in one throwaway netns (results or _Failed)."""
+    def work(ifindex: int) -> dict:
+        return {"xdp_native": _catch(lambda: _xdp_attach(ifindex, XDP_FLAGS_DRV_MODE)),
+                "xdp_generic": _catch(lambda: _xdp_attach(ifindex, XDP_FLAGS_SKB_MODE)),
+                "tc": _catch(lambda: _tc_attach(ifindex))}
+    try:
+        return _in_fresh_netns(work)
+    except _Failed as exc:
+        return {"__error__": exc}
+    except ImportError as exc:
+        return {"__error__": _Failed("setup", 0, reason=f"pyroute2 is missing: {exc}")}
+    except Exception as exc:  # netlink errors: we could not tell
+        return {"__unknown__": f"cannot set up a veth pair in a network namespace: {exc}"}
+
+
+def _group_member(group: Callable[[], dict], key: str) -> Callable[[], tuple]:
+    def run() -> tuple:
+        results = group()
+        if "__unknown__" in results:
+            return _result(UNKNOWN, results["__unknown__"])
+        found = results.get("__error__") or results[key]
+        if isinstance(found, _Failed):
+            raise found
+        return found
+    return run
+
+
+for _name, _label in [("xdp_native", "XDP (native, veth driver)"), ("xdp_generic", "XDP (generic)"),
+                      ("tc", "tc (tcx link)")]:
+    _register(_name, _label)(_attach_probe(_group_member(_net_group, _name)))
+
+
+# --- cgroup hooks on a child cgroup we create, and sk_msg on a SOCKHASH -----------------
+
+def _cgroup2_root() -> str | None:
+    points = _mount_points("cgroup2")
+    return points[0] if points else None
+
+
+def _cgroup_attach(cgfd: int, prog_type: ProgType, attach_type: AttachType, ret: int) -> tuple:
+    with contextlib.ExitStack() as stack:
+        prog = _loaded(stack, prog_type, ret=ret, expected_attach_type=attach_type)
+        how = _link_or_prog_attach(stack, prog, cgfd, attach_type)
+    return _result(SUPPORTED, f"attached to a child cgroup ({how})")
+
+
+@functools.cache
+def _cgroup_group() -> dict:
+    root = _cgroup2_root()
+    if root is None:
+        return {"__error__": _Failed("find", 0, reason="no cgroup v2 mounted")}
+    path = os.path.join(root, f"{CGROUP_PREFIX}{os.getpid()}")
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        pass  # left by a crashed run of this pid: reuse, then remove
+    except OSError as exc:
+        return {"__error__": _Failed("mkdir", exc.errno, reason=f"cannot create {path}: {exc.strerror}")}
+    try:
+        cgfd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            return {
+                "sockops": _catch(lambda: _cgroup_attach(cgfd, ProgType.SOCK_OPS,
+                                                         AttachType.CGROUP_SOCK_OPS, 1)),
+                "cgroup_skb": _catch(lambda: _cgroup_attach(cgfd, ProgType.CGROUP_SKB,
+                                                            AttachType.CGROUP_INET_INGRESS, 1)),
+                "cgroup_sock_addr": _catch(lambda: _cgroup_attach(
+                    cgfd, ProgType.CGROUP_SOCK_ADDR, AttachType.CGROUP_INET4_CONNECT, 1)),
+            }
+        finally:
+            os.close(cgfd)
+    finally:
+        os.rmdir(path)
+
+
+for _name, _label in [("sockops", "sockops (cgroup)"), ("cgroup_skb", "cgroup_skb (ingress)"),
+                      ("cgroup_sock_addr", "cgroup sock_addr (connect4)")]:
+    _register(_name, _label)(_attach_probe(_group_member(_cgroup_group, _name)))
+
+
+@_register("sk_msg", "sk_msg (SOCKHASH)")
+@_attach_probe
+def _probe_sk_msg():
+    with contextlib.ExitStack() as stack:
+        map_fd = L.lib.bpf_map_create(MapType.SOCKHASH, b"ebpfkit_probe", 4, 4, 1, None)
+        if map_fd < 0:
+            raise _Failed("create", -map_fd, reason=f"cannot create a SOCKHASH map ({_errname(-map_fd)})")
+        stack.callback(os.close, map_fd)
+        prog = _loaded(stack, ProgType.SK_MSG, ret=1, expected_attach_type=AttachType.SK_MSG_VERDICT)
+        how = _link_or_prog_attach(stack, prog, map_fd, AttachType.SK_MSG_VERDICT)
+    return _result(SUPPORTED, f"attached to a SOCKHASH ({how})")
+
+
+@_register("prog_test_run", "BPF_PROG_TEST_RUN")
+@_attach_probe
+def _probe_test_run():
+    with contextlib.ExitStack() as stack:
+        prog = _loaded(stack, ProgType.XDP, ret=_XDP_PASS, expected_attach_type=AttachType.XDP)
+        packet = ctypes.create_string_buffer(64)
+        out = ctypes.create_string_buffer(256)
+        opts = L.bpf_test_run_opts(data_in=ctypes.cast(packet, ctypes.c_void_p), data_size_in=64,
+                                   data_out=ctypes.cast(out, ctypes.c_void_p), data_size_out=256,
+                                   repeat=1)
+        err = L.lib.bpf_prog_test_run_opts(prog, ctypes.byref(opts))
+        if err:
+            raise _Failed("test-run", -err)
+    if opts.retval != _XDP_PASS:
+        return _result(UNKNOWN, f"test run returned {opts.retval}, expected XDP_PASS")
+    return _result(SUPPORTED, f"an XDP program ran on a 64-byte packet ({opts.duration} ns)")
+
+
+# --- what to do about a missing feature ------------------------------------------------
+
+_VM = "or run in the VM harness: `ebpfkit vm run`"
+_CGROUP_HINT = "needs cgroup v2 (mount -t cgroup2 none /sys/fs/cgroup) and CONFIG_CGROUP_BPF=y"
+HINTS = {
+    "btf": "use a kernel built with CONFIG_DEBUG_INFO_BTF=y, or point EBPFKIT_BTF at a BTF file "
+           "(e.g. from btfhub)",
+    "libbpf": "install libbpf >= 1.0",
+    "clang": "install clang >= 11 (apt-get install clang) or set EBPFKIT_CLANG",
+    "bcc": "apt-get install python3-bpfcc (for /usr/bin/python3) and matching kernel headers",
+    "bpffs": "as root: mount -t bpf bpf /sys/fs/bpf",
+    "tracefs": "as root: mount -t tracefs tracefs /sys/kernel/tracing",
+    "lockdown": "boot with lockdown=integrity (or none): confidentiality forbids BPF kernel reads",
+    "lsm_active": "boot with lsm=...,bpf on the kernel command line (CONFIG_BPF_LSM=y), " + _VM,
+    "lsm": "boot with lsm=...,bpf on the kernel command line (CONFIG_BPF_LSM=y), " + _VM,
+    "tracepoint": "needs CONFIG_TRACEPOINTS and CONFIG_PERF_EVENTS, and tracefs "
+                  "(mount -t tracefs tracefs /sys/kernel/tracing)",
+    "raw_tp": "needs a kernel >= 4.17",
+    "tp_btf": "needs a kernel >= 5.5 with BTF (CONFIG_DEBUG_INFO_BTF=y); use tracepoints instead",
+    "kprobe": "use a kernel with CONFIG_KPROBES=y, " + _VM + "; or use a tracepoint "
+              "(best_hook() picks one)",
+    "fentry": "use a kernel with BPF trampolines (CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS), "
+              + _VM + "; kprobes or tracepoints are the fallback",
+    "fexit": "use a kernel with BPF trampolines (CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS), "
+             + _VM + "; kretprobes or tracepoints are the fallback",
+    "uprobe": "use a kernel with CONFIG_UPROBE_EVENTS=y, " + _VM,
+    "perf_event": "needs CONFIG_PERF_EVENTS; check /proc/sys/kernel/perf_event_paranoid",
+    "xdp_native": "the device's driver has no native XDP: use generic mode",
+    "xdp_generic": "needs a kernel >= 4.12 with XDP (CONFIG_BPF_SYSCALL, CONFIG_NET)",
+    "tc": "needs CONFIG_NET_CLS_BPF and CONFIG_NET_SCH_INGRESS (tcx links need >= 6.6)",
+    "sockops": _CGROUP_HINT,
+    "cgroup_skb": _CGROUP_HINT,
+    "cgroup_sock_addr": _CGROUP_HINT,
+    "sk_msg": "needs CONFIG_BPF_STREAM_PARSER=y",
+    "prog_test_run": "needs a kernel >= 4.12 (BPF_PROG_TEST_RUN)",
+}
