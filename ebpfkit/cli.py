@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 
 import click
 
@@ -40,13 +41,18 @@ class LazyGroup(click.Group):
 
 @click.group(cls=LazyGroup, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="ebpfkit")
+@click.option("--btf", type=click.Path(exists=True, dir_okay=False), metavar="FILE",
+              help="Kernel BTF to use when the kernel has none (a BTFHub-style file); "
+                   "same as EBPFKIT_BTF.")
 @global_options
-def cli():
+def cli(btf):
     """ebpfkit: eBPF diagnostics, networking and security tools on a CO-RE runtime engine.
 
     Programs are compiled at run time against this kernel's BTF (cached), loaded
     through libbpf, and detached when a tool ends.
     """
+    if btf:
+        os.environ["EBPFKIT_BTF"] = os.path.abspath(btf)  # the engine reads it where it needs BTF
 
 
 def main():

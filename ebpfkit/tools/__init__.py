@@ -23,4 +23,5 @@ TOOLS: dict[str, ToolInfo] = {t.name: t for t in [
     ToolInfo("runqlat", "ebpfkit.tools.runqlat", "Run-queue (scheduler) latency as log2 histograms.",
              hooks=(("tp_btf sched_wakeup/sched_switch", ("btf", "tp_btf")),)),
     ToolInfo("build", "ebpfkit.tools.build", "Compile every BPF program into prebuilt CO-RE objects."),
+    ToolInfo("vm", "ebpfkit.tools.vm", "Boot another kernel in a VM and run a command (or tests) inside."),
 ]}
