@@ -1,0 +1,124 @@
+"""Named network namespaces for tools and tests, through pyroute2.
+
+A namespace is entered per *thread* (setns(2) with CLONE_NEWNET affects only the calling
+thread), so code that must run "inside" one - attaching XDP/tc by ifindex, opening sockets -
+runs in a short-lived worker thread: ``in_netns(name, fn, *args)``. Sockets created there stay
+in that namespace after the thread ends, so they can be used from any thread afterwards.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import os
+import threading
+
+from pyroute2 import IPRoute
+from pyroute2 import netns as _pr_netns
+
+NETNS_DIR = "/run/netns"
+CLONE_NEWNET = 0x40000000
+
+_counter = itertools.count()
+_counter_lock = threading.Lock()
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def unique_name(purpose: str = "test") -> str:
+    """``ebpfkit-<purpose>-<pid>-<n>``: unique within this process, and says who made it."""
+    with _counter_lock:
+        n = next(_counter)
+    return f"ebpfkit-{purpose}-{os.getpid()}-{n}"
+
+
+def list_netns() -> list[str]:
+    return sorted(_pr_netns.listnetns())
+
+
+def _setns(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if _libc.setns(fd, CLONE_NEWNET) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"setns({path}): {os.strerror(err)}")
+    finally:
+        os.close(fd)
+
+
+def _ns_path(name: str) -> str:
+    return name if "/" in name else os.path.join(NETNS_DIR, name)
+
+
+def in_netns(name: str, fn, *args, **kwargs):
+    """Run ``fn(*args, **kwargs)`` in a worker thread that has entered netns ``name``;
+    return its result or re-raise its exception. The caller's namespace is untouched."""
+    path = _ns_path(name)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no network namespace {name} ({path})")
+    box: dict = {}
+
+    def worker():
+        try:
+            _setns(path)
+            box["result"] = fn(*args, **kwargs)
+        except BaseException as exc:  # handed back to the caller
+            box["error"] = exc
+
+    thread = threading.Thread(target=worker, name=f"netns-{name}", daemon=True)
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box.get("result")
+
+
+class NetNS:
+    """A fresh, uniquely named network namespace; removed on exit (or ``close()``).
+
+    ``with NetNS("xdp") as ns: ns.run(fn, ...)``; ``ns.iproute()`` is an IPRoute inside it.
+    Loopback is brought up so local sockets work inside.
+    """
+
+    def __init__(self, purpose: str = "test"):
+        self.name = unique_name(purpose)
+        self.created = False
+
+    @property
+    def path(self) -> str:
+        return _ns_path(self.name)
+
+    def create(self) -> "NetNS":
+        _pr_netns.create(self.name)
+        self.created = True
+        try:
+            with self.iproute() as ipr:
+                lo = ipr.link_lookup(ifname="lo")
+                if lo:
+                    ipr.link("set", index=lo[0], state="up")
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def iproute(self) -> IPRoute:
+        """An IPRoute whose netlink socket lives in this namespace (close it, or use ``with``)."""
+        return IPRoute(netns=self.name, flags=0)  # flags=0: never create it implicitly
+
+    def run(self, fn, *args, **kwargs):
+        return in_netns(self.name, fn, *args, **kwargs)
+
+    def close(self) -> None:
+        """Remove the name; the kernel frees the namespace (and its veths) once nothing uses it."""
+        if self.created:
+            self.created = False
+            if os.path.exists(self.path):
+                _pr_netns.remove(self.name)
+
+    def __enter__(self) -> "NetNS":
+        return self.create()
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return f"<NetNS {self.name}>"

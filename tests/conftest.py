@@ -1,0 +1,304 @@
+"""Suite-wide rules: integration tests need root, and the suite must leave the machine as it
+found it. A session fixture snapshots what the kernel holds before the first test and fails the
+run if anything the suite created is still there at the end: BPF programs and links, pins under
+/sys/fs/bpf/ebpfkit, network namespaces, veths in the root namespace, ebpfkit-* cgroups, loop
+devices and QEMU processes.
+
+Other test runs may share the machine, so what is new is attributed before it is called ours:
+BPF objects held only by unrelated processes, and ebpfkit-* names carrying the pid of another
+live process, are left out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import subprocess
+import time
+
+import pytest
+
+from ebpfkit.net import ChildCgroup, NetNS, cgroup2_mount, create_veth, delete_veth
+
+SESSION_MARK = "EBPFKIT_TEST_SESSION"
+NEEDS_ROOT = "needs root: loads BPF programs into the kernel"
+PIN_ROOT = "/sys/fs/bpf/ebpfkit"
+_LEAKS = pytest.StashKey[dict]()
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "integration: loads real BPF programs into the host kernel (needs root)")
+    config.addinivalue_line("markers", "vm: runs inside a VM kernel booted by ebpfkit's harness")
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.geteuid() == 0:
+        return
+    skip = pytest.mark.skip(reason=NEEDS_ROOT)
+    for item in items:
+        if "integration" in item.keywords:
+            item.add_marker(skip)
+
+
+# --- what exists now -------------------------------------------------------------------
+
+def _bpf_ids(kind: str) -> set[int]:
+    """Ids of every BPF program/link in the kernel (empty without privileges)."""
+    import ctypes
+
+    from ebpfkit.engine import _libbpf as L
+
+    next_id = getattr(L.lib, f"bpf_{kind}_get_next_id")
+    ids, cur, nxt = set(), 0, ctypes.c_uint32()
+    while next_id(cur, ctypes.byref(nxt)) == 0:
+        cur = nxt.value
+        ids.add(cur)
+    return ids
+
+
+def _bpf_holders() -> dict[tuple[str, int], set[int]]:
+    """(kind, id) -> pids holding an fd on it (a link's holder also holds its program)."""
+    holders: dict[tuple[str, int], set[int]] = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        fd_dir = f"/proc/{pid}/fd"
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"{fd_dir}/{fd}")
+                if target not in ("anon_inode:bpf-prog", "anon_inode:bpf_link"):
+                    continue
+                with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                    info = dict(line.split(":", 1) for line in f if ":" in line)
+            except OSError:
+                continue
+            for kind in ("prog", "link"):
+                if f"{kind}_id" in info:
+                    holders.setdefault((kind, int(info[f"{kind}_id"])), set()).add(int(pid))
+    return holders
+
+
+def _pins() -> set[str]:
+    found = set()
+    for root, dirs, files in os.walk(PIN_ROOT):
+        found.update(os.path.join(root, n) for n in dirs + files)
+    return found
+
+
+def _netns() -> set[str]:
+    from pyroute2 import netns
+
+    names = set(netns.listnetns())
+    if os.path.isdir("/run/netns"):
+        names.update(os.listdir("/run/netns"))
+    return names
+
+
+def _root_veths() -> set[str]:
+    from pyroute2 import IPRoute
+
+    with IPRoute() as ipr:
+        links = ipr.get_links()
+    veths = set()
+    for link in links:
+        info = link.get_attr("IFLA_LINKINFO")
+        if info and info.get_attr("IFLA_INFO_KIND") == "veth":
+            veths.add(f"{link.get_attr('IFLA_IFNAME')} (ifindex {link['index']})")
+    return veths
+
+
+def _ebpfkit_cgroups() -> set[str]:
+    try:
+        top = cgroup2_mount()
+    except Exception:
+        return set()
+    return {root for root, _, _ in os.walk(top) if os.path.basename(root).startswith("ebpfkit-")}
+
+
+def _loop_devices() -> set[str]:
+    try:
+        out = subprocess.run(["losetup", "-a"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return set()
+    return {line.strip() for line in out.splitlines() if line.strip()}
+
+
+def _qemu_pids() -> set[int]:
+    pids = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv0 = f.read().split(b"\0", 1)[0]
+        except OSError:
+            continue
+        if os.path.basename(argv0).startswith(b"qemu-system"):
+            pids.add(int(pid))
+    return pids
+
+
+def _snapshot() -> dict[str, set]:
+    snap = {"pins": _pins(), "netns": _netns(), "root veths": _root_veths(),
+            "cgroups": _ebpfkit_cgroups(), "loop devices": _loop_devices(), "qemu": _qemu_pids()}
+    try:
+        snap["progs"], snap["links"] = _bpf_ids("prog"), _bpf_ids("link")
+    except Exception:  # no libbpf or no privileges: nothing of ours can be loaded either
+        snap["progs"], snap["links"] = set(), set()
+    return snap
+
+
+# --- deciding what is ours ---------------------------------------------------------------
+
+def _alive(pid: int) -> bool:
+    return os.path.exists(f"/proc/{pid}")
+
+
+def _our_tree() -> set[int]:
+    """This process and its descendants."""
+    parents = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                parents[int(pid)] = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    ours, grew = {os.getpid()}, True
+    while grew:
+        new = {p for p, pp in parents.items() if pp in ours} - ours
+        ours |= new
+        grew = bool(new)
+    return ours
+
+
+def _carries_our_mark(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = f.read().split(b"\0")
+    except OSError:
+        return False
+    return f"{SESSION_MARK}={os.getpid()}".encode() in env
+
+
+_NAME_PID = {"netns": re.compile(r"^ebpfkit-.+-(\d+)-\d+$"), "cgroups": re.compile(r"^ebpfkit-.+-(\d+)$")}
+
+
+def _not_anothers(kind: str, name: str) -> bool:
+    """False when the name says another live process (another test run) made it."""
+    m = _NAME_PID[kind].match(os.path.basename(name))
+    if not m:
+        return True
+    pid = int(m.group(1))
+    return pid == os.getpid() or not _alive(pid)
+
+
+def _leaks(before: dict[str, set]) -> dict[str, list]:
+    now = _snapshot()
+    new = {kind: now[kind] - before[kind] for kind in now}
+    leaks: dict[str, list] = {}
+    if new["progs"] or new["links"]:
+        holders, ours = _bpf_holders(), _our_tree()
+        for kind in ("prog", "link"):
+            # held by us, or by nobody (attached without a link, pinned): ours to answer for
+            mine = [i for i in new[kind + "s"]
+                    if not holders.get((kind, i)) or holders[(kind, i)] & ours]
+            if mine:
+                leaks[f"BPF {kind}s (ids)"] = sorted(mine)
+    for kind in ("netns", "cgroups"):
+        mine = [n for n in new[kind] if _not_anothers(kind, n)]
+        if mine:
+            leaks[kind] = sorted(mine)
+    for kind in ("pins", "root veths", "loop devices"):
+        if new[kind]:
+            leaks[kind] = sorted(new[kind])
+    if new["qemu"]:
+        ours = _our_tree()
+        mine = [p for p in new["qemu"] if p in ours or _carries_our_mark(p)]
+        if mine:
+            leaks["qemu processes (pids)"] = sorted(mine)
+    return leaks
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_leftovers(request):
+    """Fail the run if the suite leaves anything behind."""
+    os.environ[SESSION_MARK] = str(os.getpid())  # inherited by every process the suite starts
+    before = _snapshot()
+    yield
+    # programs are freed after an RCU grace period and netns teardown is asynchronous:
+    # give the kernel a moment before calling anything a leak
+    deadline = time.monotonic() + 5
+    leaks = _leaks(before)
+    while leaks and time.monotonic() < deadline:
+        time.sleep(0.25)
+        leaks = _leaks(before)
+    if leaks:
+        request.config.stash[_LEAKS] = leaks
+        lines = "\n".join(f"  {kind}: {', '.join(map(str, items))}" for kind, items in leaks.items())
+        _remove_named_leftovers(leaks)
+        pytest.fail(f"the test suite left these behind:\n{lines}", pytrace=False)
+
+
+def _remove_named_leftovers(leaks: dict) -> None:
+    """After reporting, remove the leaked namespaces and cgroups whose name carries our pid
+    (surely ours), so one failing run does not litter the machine."""
+    from pyroute2 import netns
+
+    from ebpfkit.net import remove_cgroup
+
+    ours = re.compile(rf"^ebpfkit-.+-{os.getpid()}(-\d+)?$")
+    for name in leaks.get("netns", []):
+        if ours.match(name):
+            with contextlib.suppress(OSError):
+                netns.remove(name)
+    for path in leaks.get("cgroups", []):
+        if ours.match(os.path.basename(path)):
+            with contextlib.suppress(OSError):
+                remove_cgroup(path)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if session.config.stash.get(_LEAKS, None) and session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+# --- shared fixtures ---------------------------------------------------------------------
+
+def _purpose(request) -> str:
+    return re.sub(r"[^a-z0-9]+", "", request.node.originalname.lower().replace("test_", ""))[:16] or "test"
+
+
+@pytest.fixture
+def netns(request):
+    """A fresh network namespace (NetNS), removed after the test."""
+    with NetNS(_purpose(request)) as ns:
+        yield ns
+
+
+@pytest.fixture
+def peer_netns(request):
+    """A second fresh namespace: the far end of ``veth_pair``, where test traffic comes from."""
+    with NetNS(_purpose(request) + "-peer") as ns:
+        yield ns
+
+
+@pytest.fixture
+def veth_pair(netns, peer_netns):
+    """A veth pair: end ``a`` (ek0, 10.199.0.1/24) in ``netns``, where programs attach, and end
+    ``b`` (ek1, 10.199.0.2/24) in ``peer_netns``, so traffic between them really crosses it."""
+    pair = create_veth(netns, peer_netns)
+    try:
+        yield pair
+    finally:
+        try:
+            delete_veth(pair)
+        except Exception:
+            pass  # removing the namespaces removes it anyway
+
+
+@pytest.fixture
+def child_cgroup(request):
+    """A child cgroup v2 (ChildCgroup), emptied and removed after the test."""
+    with ChildCgroup(_purpose(request)) as cg:
+        yield cg
