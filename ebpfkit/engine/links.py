@@ -58,8 +58,8 @@ class Link:
     def close(self) -> None:
         """Detach (unless pinned) and free. Safe to call twice."""
         if self._ptr:
-            if self.pinned_at:
-                L.lib.bpf_link__disconnect(self._ptr)  # keep the pin alive
+            # closes our fds only: a pinned link lives on in bpffs (the kernel link holds
+            # its perf event); bpf_link__disconnect would instead leak the fds in this process
             L.lib.bpf_link__destroy(self._ptr)
             self._ptr = None
         elif self._fd is not None:

@@ -1,0 +1,47 @@
+"""`ebpfkit doctor` against what kernel-facts.md says this host allows, through the real CLI."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from ebpfkit.cli import cli
+from ebpfkit.engine import features
+
+pytestmark = pytest.mark.integration
+
+
+def _doctor(*args):
+    result = CliRunner().invoke(cli, [*args, "doctor"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_json_report_matches_what_the_kernel_allows():
+    report = json.loads(_doctor("--format", "json"))
+    status = {name: f["status"] for name, f in report["features"].items()}
+    # what the kernel itself decides, re-probed independently of the report
+    for name in ("kprobe", "fentry", "fexit", "lsm"):
+        assert status[name] == features.probe(name).status
+    assert report["kernel"] == features.kernel_release()
+    if features.probe("kprobe").status == "unsupported":
+        assert "KPROBES" in report["features"]["kprobe"]["reason"]
+    for name in ("btf", "tracepoint", "raw_tp", "tp_btf", "uprobe", "perf_event", "xdp_native",
+                 "xdp_generic", "tc", "sockops", "sk_msg", "cgroup_skb", "cgroup_sock_addr"):
+        assert status[name] == "supported", (name, report["features"][name])
+    assert report["tools"]["runqlat"]["runs"] is True
+
+
+def test_table_has_one_row_per_probe_and_fits_100_columns():
+    text = _doctor("--no-color")
+    for probe in features.probe_all().values():
+        assert probe.label in text
+    assert max(len(line) for line in text.splitlines()) <= 100
+    assert "runqlat" in text
+
+
+def test_fix_mounts_what_is_missing():
+    result = CliRunner().invoke(cli, ["doctor", "--fix"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert features.mounted_tracefs()
+    assert features.mounted_bpffs()
