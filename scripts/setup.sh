@@ -24,8 +24,17 @@ fi
 # headers the programs include); bpftool and iproute2 are for inspection; python3-venv
 # holds ebpfkit and its Python dependencies apart from the system's.
 packages=(clang llvm libbpf1 libbpf-dev bpftool iproute2 python3 python3-venv python3-pip ca-certificates)
-[ "$want_test" = 1 ] && packages+=(gcc make libc6-dev)
-[ "$want_bench" = 1 ] && packages+=(gcc bpftrace python3-bpfcc "linux-headers-amd64")
+[ "$want_test" = 1 ] && packages+=(gcc make libc6-dev qemu-system-x86 linux-image-amd64 linux-headers-amd64 busybox-static)
+if [ "$want_bench" = 1 ]; then
+  # gcc builds the benchmark's syscall loop. BCC compiles against kernel headers: the running
+  # kernel's if the archive has them, else the distribution's (fine for tracepoint programs).
+  packages+=(gcc bpftrace python3-bpfcc)
+  if apt-cache show "linux-headers-$(uname -r)" >/dev/null 2>&1; then
+    packages+=("linux-headers-$(uname -r)")
+  else
+    packages+=("linux-headers-$(dpkg --print-architecture)")
+  fi
+fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -36,6 +45,12 @@ if [ "${#missing[@]}" -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+if [ "$want_bench" = 1 ]; then
+  # without /lib/modules/$(uname -r)/build, BCC is pointed at the installed headers through
+  # $BCC_KERNEL_SOURCE (a merged symlink tree for Debian's split packages); /lib/modules is not touched
+  echo "== kernel headers for BCC: $(/usr/bin/python3 benchmarks/bcc_headers.py || true)"
 fi
 
 python=${PYTHON:-python3}

@@ -1,0 +1,279 @@
+"""What startup.py and overhead.py share: which tools exist, how each program is started,
+and a Launched process that reports the moment it is attached and can be stopped cleanly."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import select
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+PROGRAMS = HERE / "programs"
+BCC_PYTHON = "/usr/bin/python3"  # Debian's python3-bpfcc installs BCC for the system Python only
+START_TIMEOUT = 120.0
+
+
+# --- the programs, in each tool's own form ------------------------------------------------------
+
+EBPFKIT_SOURCES = {
+    "opencount": str(PROGRAMS / "opencount.bpf.c"),
+    "opencount-rawtp": str(PROGRAMS / "opencount_rawtp.bpf.c"),
+    "runqlat": "runqlat.bpf.c",  # ebpfkit's own program, found by name like a tool would
+}
+BCC_SOURCES = {"opencount": PROGRAMS / "opencount_bcc.c", "runqlat": PROGRAMS / "runqlat_bcc.c"}
+BPFTRACE_SOURCES = {"opencount": PROGRAMS / "opencount.bt", "runqlat": PROGRAMS / "runqlat.bt"}
+
+
+# --- the tools --------------------------------------------------------------------------------
+
+@dataclass
+class Tool:
+    name: str
+    available: bool
+    note: str  # what is used, or why it is missing and how to install it
+    argv: list = field(default_factory=list)
+    env: dict = field(default_factory=dict)
+
+
+def ebpfkit_tool(workdir: Path) -> Tool:
+    venv = REPO / ".venv" / "bin" / "python"
+    if venv.exists():
+        python, which = str(venv), "the project's .venv"
+    else:
+        python, which = sys.executable, "sys.executable; no .venv in the repo"
+    if "/shims/" in python:
+        which += "; WARNING: a pyenv shim adds its own start-up time"
+    # Bytecode is cached as in a pip-installed package; a private prefix keeps .pyc files
+    # out of the source tree (and works even where PYTHONDONTWRITEBYTECODE is set).
+    env = {"PYTHONPYCACHEPREFIX": str(workdir / "pycache"), "PYTHONDONTWRITEBYTECODE": None}
+    probe = subprocess.run([python, "-c", "import ebpfkit"], capture_output=True, text=True,
+                           env=merged_env(env))
+    if probe.returncode != 0:
+        return Tool("ebpfkit", False, f"ebpfkit not importable by {python}: scripts/setup.sh "
+                    f"({probe.stderr.strip().splitlines()[-1:]})")
+    return Tool("ebpfkit", True, f"{python} ({which})", [python, str(PROGRAMS / "launch_ebpfkit.py")], env)
+
+
+def bcc_tool() -> Tool:
+    if not os.path.exists(BCC_PYTHON):
+        return Tool("BCC", False, "not installed: apt-get install python3-bpfcc")
+    probe = subprocess.run([BCC_PYTHON, "-c", "import bcc; print(bcc.__version__)"], capture_output=True,
+                           text=True)
+    if probe.returncode != 0:
+        return Tool("BCC", False, "not installed: apt-get install python3-bpfcc")
+    sys.path.insert(0, str(HERE))
+    from bcc_headers import bcc_kernel_env
+
+    env, headers = bcc_kernel_env()
+    if env is None:
+        return Tool("BCC", False, headers)
+    return Tool("BCC", True, f"BCC {probe.stdout.strip()} via {BCC_PYTHON}; headers: {headers}",
+                [BCC_PYTHON, str(PROGRAMS / "launch_bcc.py")], env)
+
+
+def bpftrace_tool() -> Tool:
+    path = shutil.which("bpftrace")
+    if not path:
+        return Tool("bpftrace", False, "not installed: apt-get install bpftrace")
+    version = subprocess.run([path, "--version"], capture_output=True, text=True).stdout.strip()
+    # -B none: ATTACHED (printed by BEGIN, which fires once every probe is attached) is not buffered
+    return Tool("bpftrace", True, f"{path} {version}", [path, "-B", "none"])
+
+
+def preflight() -> str | None:
+    """Why the benchmarks cannot run here at all, or None."""
+    if os.geteuid() != 0:
+        return "the benchmarks load BPF programs: run them as root"
+    if not shutil.which("bpftool"):
+        return "bpftool not installed (used to check what is attached): apt-get install bpftool"
+    return None
+
+
+def merged_env(extra: dict) -> dict:
+    env = dict(os.environ)
+    for k, v in extra.items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = v
+    return env
+
+
+# --- a started program ------------------------------------------------------------------------
+
+class StartError(RuntimeError):
+    pass
+
+
+def _fd_bpf_ids(pid: int) -> tuple[set, set]:
+    """(program ids, link ids) the process holds open, from /proc/PID/fdinfo."""
+    progs, links = set(), set()
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return progs, links
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if not target.startswith("anon_inode:bpf"):
+                continue
+            info = Path(f"/proc/{pid}/fdinfo/{fd}").read_text()
+        except OSError:
+            continue
+        m = re.search(r"^prog_id:\s*(\d+)", info, re.M)
+        if m:
+            progs.add(int(m.group(1)))
+        m = re.search(r"^link_id:\s*(\d+)", info, re.M)
+        if m:
+            links.add(int(m.group(1)))
+    return progs, links
+
+
+def _perf_attached(pid: int) -> set:
+    """Program ids the process attached through perf events (classic tracepoints, kprobes)."""
+    out = subprocess.run(["bpftool", "-j", "perf", "show"], capture_output=True, text=True)
+    try:
+        entries = json.loads(out.stdout or "[]")
+    except ValueError:
+        return set()
+    return {e["prog_id"] for e in entries if e.get("pid") == pid}
+
+
+def _prog_exists(prog_id: int) -> bool:
+    return subprocess.run(["bpftool", "prog", "show", "id", str(prog_id)], capture_output=True).returncode == 0
+
+
+class Launched:
+    """A launcher process: started, timed until its ATTACHED line, later stopped and checked."""
+
+    def __init__(self, argv: list, env: dict, cwd: str, check_attached: bool = True):
+        self.argv = argv
+        self.stderr = tempfile.TemporaryFile()
+        started = time.perf_counter()
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=self.stderr, env=merged_env(env), cwd=cwd,
+                                     start_new_session=True)
+        self.line = self._wait_attached(started)
+        self.seconds = time.perf_counter() - started
+        self.peak_rss_kib = self._vm_hwm()  # read at once: the peak of the start-up
+        self.info = dict(kv.split("=", 1) for kv in self.line.split()[1:] if "=" in kv)
+        self.prog_ids, self.link_ids = set(), set()
+        self.attached = None
+        if check_attached:
+            progs, links = _fd_bpf_ids(self.proc.pid)
+            self.prog_ids, self.link_ids = progs, links
+            # attached = programs behind a bpf_link or a perf-event attachment
+            self.attached = len(progs & (_link_progs(links) | _perf_attached(self.proc.pid)))
+
+    def _wait_attached(self, started: float) -> str:
+        fd = self.proc.stdout.fileno()
+        buf = b""
+        while True:
+            left = START_TIMEOUT - (time.perf_counter() - started)
+            ready, _, _ = select.select([fd], [], [], max(left, 0))
+            if not ready:
+                self.stop()
+                raise StartError(f"no ATTACHED within {START_TIMEOUT:.0f}s: {self._stderr_tail()}")
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                self.proc.wait()
+                err = self._stderr_tail()
+                self.stop()
+                raise StartError(f"exited with {self.proc.returncode} before ATTACHED: {err}")
+            buf += chunk
+            for line in buf.split(b"\n")[:-1]:
+                if line.startswith(b"ATTACHED"):
+                    return line.decode()
+
+    def _vm_hwm(self) -> int:
+        m = re.search(r"^VmHWM:\s*(\d+) kB", Path(f"/proc/{self.proc.pid}/status").read_text(), re.M)
+        return int(m.group(1)) if m else 0
+
+    def _stderr_tail(self) -> str:
+        self.stderr.seek(0)
+        lines = [ln for ln in self.stderr.read().decode(errors="replace").splitlines()
+                 if ln.strip() and "RLIMIT_MEMLOCK" not in ln]
+        return " | ".join(lines[-4:]) or "(no output on stderr)"
+
+    def stop(self) -> None:
+        """SIGINT, wait; SIGKILL the whole session if it hangs. Then check its programs are gone."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.communicate(timeout=20)  # drains stdout (bpftrace prints its maps)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.communicate()
+        else:
+            self.proc.communicate()
+        self.stderr.close()
+        deadline = time.monotonic() + 5
+        left = set(self.prog_ids)
+        while left and time.monotonic() < deadline:  # the kernel frees programs after an RCU grace period
+            left = {p for p in left if _prog_exists(p)}
+            if left:
+                time.sleep(0.05)
+        if left:
+            raise StartError(f"programs {sorted(left)} still loaded after {self.argv[0]} exited")
+
+
+def _link_progs(link_ids: set) -> set:
+    progs = set()
+    for link_id in link_ids:
+        out = subprocess.run(["bpftool", "-j", "link", "show", "id", str(link_id)], capture_output=True,
+                             text=True)
+        try:
+            progs.add(json.loads(out.stdout)["prog_id"])
+        except (ValueError, KeyError):
+            pass
+    return progs
+
+
+# --- what else is hooked into syscalls (other people's tools disturb the overhead figures) -------
+
+def foreign_syscall_hooks(ours: "Launched | None" = None) -> list[str]:
+    """Syscall tracepoints and raw sys_enter/sys_exit hooks attached right now, except those of
+    the launcher ``ours``. Any syscall tracepoint puts every task on the slow syscall path."""
+    our_pid = ours.proc.pid if ours else None
+    our_links = ours.link_ids if ours else set()
+    found = []
+    out = subprocess.run(["bpftool", "-j", "perf", "show"], capture_output=True, text=True)
+    try:
+        for e in json.loads(out.stdout or "[]"):
+            tp = e.get("tracepoint", "")
+            if tp.startswith(("sys_enter", "sys_exit")) and e.get("pid") != our_pid:
+                found.append(f"{tp} (pid {e.get('pid')})")
+    except ValueError:
+        pass
+    out = subprocess.run(["bpftool", "-j", "link", "show"], capture_output=True, text=True)
+    try:
+        for e in json.loads(out.stdout or "[]"):
+            if (e.get("type") == "raw_tracepoint" and e.get("tp_name") in ("sys_enter", "sys_exit")
+                    and e.get("id") not in our_links):
+                found.append(f"raw_tp {e['tp_name']} (link {e['id']})")
+    except ValueError:
+        pass
+    return found
+
+
+def loaded_prog_ids() -> set:
+    out = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True)
+    try:
+        return {p["id"] for p in json.loads(out.stdout or "[]")}
+    except ValueError:
+        return set()
+
+
+def median(xs):
+    return statistics.median(xs) if xs else float("nan")
