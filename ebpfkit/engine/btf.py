@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import LoadError, NotSupportedError
@@ -40,20 +39,27 @@ _FOOTER = b"""
 """
 
 
-@dataclass(frozen=True)
 class KernelBTF:
     """A BTF file describing the target kernel, and its content hash."""
 
-    path: str
-    digest: str
-    custom: bool  # a user-given file (BTFHub-style) rather than the running kernel's
+    __slots__ = ("path", "digest", "custom", "generated_now")
+
+    def __init__(self, path: str, digest: str, custom: bool):
+        self.path = path
+        self.digest = digest
+        self.custom = custom  # a user-given file (BTFHub-style) rather than the running kernel's
+        self.generated_now = False  # vmlinux.h was written by this process (a cold start)
 
     def vmlinux_h(self) -> Path:
         """The vmlinux.h for this BTF, generated on first use."""
         target = cache.subdir(f"btf/{self.digest}") / "vmlinux.h"
         if not target.exists():
             generate_vmlinux_h(self.path, target)
+            self.generated_now = True
         return target
+
+    def __repr__(self):
+        return f"KernelBTF({self.path!r}, digest={self.digest[:12]}, custom={self.custom})"
 
 
 def _boot_id() -> str:
@@ -80,8 +86,8 @@ def find_kernel_btf(path: str | None = None) -> KernelBTF:
             "btf", "this kernel exposes no BTF (/sys/kernel/btf/vmlinux is missing)",
             hint="use a kernel built with CONFIG_DEBUG_INFO_BTF=y, or pass --btf FILE "
                  "(a BTFHub file for this kernel) or set EBPFKIT_BTF")
-    index_path = cache.subdir("btf") / "index.json"
-    index = cache.read_json(index_path) or {}
+    index_path = cache.subdir("btf") / "index.rec"
+    index = cache.read_record(index_path) or {}
     per_boot = chosen == KERNEL_BTF  # sysfs files keep their identity only within one boot
     ident = f"{os.path.realpath(chosen)}|{cache.stat_key(chosen)}|{_boot_id() if per_boot else ''}"
     digest = index.get(ident)
@@ -90,7 +96,7 @@ def find_kernel_btf(path: str | None = None) -> KernelBTF:
         index[ident] = digest
         if len(index) > 64:  # old boots and files: keep the index small
             index = dict(list(index.items())[-32:])
-        cache.write_json(index_path, index)
+        cache.write_record(index_path, index)
     return KernelBTF(chosen, digest, custom)
 
 

@@ -19,8 +19,7 @@ import enum
 import os
 import reprlib
 import struct
-from dataclasses import dataclass
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from ..errors import LoadError, MapError
 
@@ -63,8 +62,7 @@ _CHAR_NAMES = frozenset({"char", "signed char", "unsigned char"})
 
 # --- parsed records ----------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Member:
+class Member(NamedTuple):
     """A struct/union member. ``bit_offset`` is from the start of the parent;
     ``bitfield_size`` is 0 for an ordinary member."""
     name: str
@@ -73,20 +71,17 @@ class Member:
     bitfield_size: int = 0
 
 
-@dataclass(frozen=True)
-class Enumerator:
+class Enumerator(NamedTuple):
     name: str
     value: int
 
 
-@dataclass(frozen=True)
-class Param:
+class Param(NamedTuple):
     name: str
     type_id: int
 
 
-@dataclass(frozen=True)
-class Var:
+class Var(NamedTuple):
     """A variable of a DATASEC: ``type_id`` is the variable's type (not the VAR record)."""
     name: str
     type_id: int
@@ -94,8 +89,7 @@ class Var:
     size: int
 
 
-@dataclass(frozen=True)
-class Type:
+class Type(NamedTuple):
     """One BTF type record. Fields that do not apply to ``kind`` keep their defaults.
 
     ``type_id`` is the referenced type (PTR, TYPEDEF, modifiers, FUNC, VAR, DECL_TAG,

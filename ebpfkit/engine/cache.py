@@ -1,14 +1,21 @@
 """Where compiled artefacts live: /var/cache/ebpfkit for root, ~/.cache/ebpfkit otherwise,
 or $EBPFKIT_CACHE_DIR. Writes are atomic (write to a temp file, then rename) so two
-tools starting at once never see half a file."""
+tools starting at once never see half a file.
+
+This is on every tool's start path, so it avoids heavy imports: blake2b comes from the
+builtin _blake2 (hashlib would load OpenSSL) and small records are stored with marshal.
+"""
 
 from __future__ import annotations
 
-import hashlib
-import json
+import marshal
 import os
-import tempfile
 from pathlib import Path
+
+try:
+    from _blake2 import blake2b
+except ImportError:  # a Python built without it
+    from hashlib import blake2b
 
 
 def cache_dir() -> Path:
@@ -30,7 +37,7 @@ def subdir(name: str) -> Path:
 
 
 def digest(*parts: bytes | str) -> str:
-    h = hashlib.blake2b(digest_size=16)
+    h = blake2b(digest_size=16)
     for part in parts:
         data = part.encode() if isinstance(part, str) else part
         h.update(len(data).to_bytes(8, "little"))
@@ -39,7 +46,7 @@ def digest(*parts: bytes | str) -> str:
 
 
 def file_digest(path: str | os.PathLike) -> str:
-    h = hashlib.blake2b(digest_size=16)
+    h = blake2b(digest_size=16)
     with open(path, "rb") as f:
         while chunk := f.read(1 << 20):
             h.update(chunk)
@@ -47,25 +54,29 @@ def file_digest(path: str | os.PathLike) -> str:
 
 
 def atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
     try:
-        with os.fdopen(fd, "wb") as f:
+        with open(tmp, "wb") as f:
             f.write(data)
         os.replace(tmp, path)
     except BaseException:
-        os.unlink(tmp)
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
         raise
 
 
-def read_json(path: Path):
+def read_record(path: Path):
+    """A small record (dicts, lists, str, int) written by write_record, or None."""
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        return marshal.loads(path.read_bytes())
+    except (OSError, ValueError, EOFError, TypeError):
         return None
 
 
-def write_json(path: Path, value) -> None:
-    atomic_write(path, json.dumps(value, sort_keys=True).encode())
+def write_record(path: Path, value) -> None:
+    atomic_write(path, marshal.dumps(value))
 
 
 def stat_key(path: str | os.PathLike) -> str:

@@ -9,12 +9,9 @@ from __future__ import annotations
 
 import logging
 import os
-import platform
 import re
-import shutil
-import subprocess
 import time
-from dataclasses import dataclass, field
+from typing import NamedTuple
 from pathlib import Path
 
 from ..errors import CompileError, NotSupportedError
@@ -34,6 +31,9 @@ PREBUILT_DIR = PROGRAMS_DIR / "prebuilt"
 _ARCH = {"x86_64": "x86", "aarch64": "arm64", "arm64": "arm64", "s390x": "s390",
          "ppc64le": "powerpc", "riscv64": "riscv", "loongarch64": "loongarch"}
 
+_MACHINE = os.uname().machine
+_FIND = object()  # Compiler(clang=...) default: look for one
+
 _PRELUDE = """\
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -43,10 +43,9 @@ _PRELUDE = """\
 """
 
 
-@dataclass(frozen=True)
-class Clang:
+class Clang(NamedTuple):
     path: str
-    version: tuple[int, int, int]
+    version: tuple
     text: str
 
     @property
@@ -54,17 +53,20 @@ class Clang:
         return f"{self.path}|{self.text}"
 
 
-def _clang_candidates() -> list[str]:
-    seen, found = set(), []
-    dirs = os.environ.get("PATH", "").split(os.pathsep) + sorted(
+def _search_dirs() -> list[str]:
+    return os.environ.get("PATH", "").split(os.pathsep) + sorted(
         str(p) for p in Path("/usr/lib").glob("llvm-*/bin"))
+
+
+def _clang_candidates(dirs: list[str]) -> list[str]:
+    seen, found = set(), []
     for d in dirs:
         try:
             names = os.listdir(d)
         except OSError:
             continue
         for name in names:
-            if re.fullmatch(r"clang(-\d+)?", name):
+            if name.startswith("clang") and _CLANG_NAME.fullmatch(name):
                 path = os.path.realpath(os.path.join(d, name))
                 if path not in seen and os.access(path, os.X_OK):
                     seen.add(path)
@@ -72,37 +74,62 @@ def _clang_candidates() -> list[str]:
     return found
 
 
+_CLANG_NAME = re.compile(r"clang(-\d+)?")
+
+
 def _clang_version(path: str) -> Clang:
-    memo_path = cache.subdir("clang") / "versions.json"
-    memo = cache.read_json(memo_path) or {}
+    memo_path = cache.subdir("clang") / "versions.rec"
+    memo = cache.read_record(memo_path) or {}
     ident = f"{path}|{cache.stat_key(path)}"
     text = memo.get(ident)
     if text is None:
+        import subprocess
+
         out = subprocess.run([path, "--version"], capture_output=True, text=True, check=False)
         text = out.stdout.splitlines()[0] if out.stdout else ""
         memo[ident] = text
-        cache.write_json(memo_path, memo)
+        cache.write_record(memo_path, memo)
     m = re.search(r"version (\d+)\.(\d+)\.(\d+)", text)
     version = tuple(int(x) for x in m.groups()) if m else (0, 0, 0)
     return Clang(path, version, text)
 
 
 def find_clang(path: str | None = None) -> Clang | None:
-    """The newest clang that can target BPF ($EBPFKIT_CLANG wins), or None."""
+    """The newest clang that can target BPF ($EBPFKIT_CLANG wins), or None.
+
+    The choice is remembered per PATH and the search directories' mtimes, so a warm start
+    does not list every directory on PATH (installing or removing a clang changes an mtime).
+    """
     chosen = path or os.environ.get(CLANG_ENV)
     if chosen == "none":  # use prebuilt objects only
         return None
     if chosen:
+        import shutil
+
         resolved = shutil.which(chosen) or chosen
         if not os.access(resolved, os.X_OK):
             raise NotSupportedError("clang", f"clang at {chosen} ({CLANG_ENV}) is not executable")
         return _clang_version(resolved)
+    dirs = _search_dirs()
+    ident = "|".join(f"{d}:{_mtime(d)}" for d in dirs)
+    memo_path = cache.subdir("clang") / "choice.rec"
+    memo = cache.read_record(memo_path)
+    if memo and memo.get("ident") == ident and (memo["path"] is None or os.path.exists(memo["path"])):
+        return _clang_version(memo["path"]) if memo["path"] else None
     best = None
-    for candidate in _clang_candidates():
+    for candidate in _clang_candidates(dirs):
         clang = _clang_version(candidate)
         if clang.version[0] >= MIN_CLANG and (best is None or clang.version > best.version):
             best = clang
+    cache.write_record(memo_path, {"ident": ident, "path": best.path if best else None})
     return best
+
+
+def _mtime(path: str) -> int:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return 0
 
 
 def libbpf_include_dir() -> str:
@@ -114,8 +141,7 @@ def libbpf_include_dir() -> str:
                             hint="apt-get install libbpf-dev (or set EBPFKIT_LIBBPF_INCLUDE)")
 
 
-@dataclass
-class Source:
+class Source(NamedTuple):
     """A program to compile: a file, or text with a name used in messages."""
 
     name: str
@@ -138,15 +164,18 @@ class Source:
         return cls(name, text.encode() if isinstance(text, str) else text, None)
 
 
-@dataclass
 class Compiler:
-    btf: KernelBTF = field(default_factory=find_kernel_btf)
-    clang: Clang | None = field(default_factory=find_clang)
-    cflags: tuple[str, ...] = ()
-    use_pch: bool = True
+    """Compiles Sources for one kernel BTF with one clang and extra cflags."""
+
+    def __init__(self, btf: KernelBTF | None = None, clang: Clang | None = _FIND, cflags=(),
+                 use_pch: bool = True):
+        self.btf = btf or find_kernel_btf()
+        self.clang = find_clang() if clang is _FIND else clang
+        self.cflags = tuple(cflags)
+        self.use_pch = use_pch
 
     def base_flags(self) -> list[str]:
-        arch = _ARCH.get(platform.machine(), platform.machine())
+        arch = _ARCH.get(_MACHINE, _MACHINE)
         return ["-target", "bpf", "-g", "-O2", f"-D__TARGET_ARCH_{arch}", "-D__EBPFKIT__",
                 "-fno-color-diagnostics", "-Wno-unused-command-line-argument",
                 "-Wno-compare-distinct-pointer-types", "-Wno-address-of-packed-member",
@@ -156,15 +185,15 @@ class Compiler:
     def key(self, source: Source) -> str:
         clang_id = self.clang.identity if self.clang else "no-clang"
         return cache.digest(FORMAT, source.name, source.text, "\0".join(self.cflags),
-                            clang_id, self.btf.digest, platform.machine())
+                            clang_id, self.btf.digest, _MACHINE)
 
     def compile(self, source: Source) -> Path:
         """Return the path of the object for ``source``, compiling it if not cached."""
         objects = cache.subdir("objects")
         key = self.key(source)
         obj = objects / f"{key}.o"
-        manifest = objects / f"{key}.json"
-        if obj.exists() and _deps_unchanged(cache.read_json(manifest)):
+        manifest = objects / f"{key}.rec"
+        if obj.exists() and _deps_unchanged(cache.read_record(manifest)):
             log.debug("cache hit for %s: %s", source.name, obj)
             return obj
         if self.clang is None:
@@ -177,13 +206,15 @@ class Compiler:
                                          "where clang exists to ship prebuilt objects")
         started = time.monotonic()
         deps = self._run_clang(source, obj)
-        cache.write_json(manifest, {"deps": deps})
+        cache.write_record(manifest, {"deps": deps})
         log.info("compiled %s in %.2fs", source.name, time.monotonic() - started)
         return obj
 
     # -- internals --
 
     def _run_clang(self, source: Source, obj: Path) -> dict:
+        import subprocess
+
         work = cache.subdir("work")
         if source.path is None:
             # a directory of its own keeps the user's file name in the BTF line info that
@@ -196,11 +227,13 @@ class Compiler:
         depfile = work / f"{os.getpid()}-{obj.stem}.d"
         tmp_obj = obj.with_name(f".{obj.name}.{os.getpid()}")
         flags = self.base_flags()
+        # The precompiled header pays off from the second program on; on a cold start
+        # (vmlinux.h just generated) building it would double the first compile's time.
+        pch = self._pch(flags) if self.use_pch and not self.btf.generated_now else None
         if source.path is not None:
-            flags.append(f"-I{source.path.parent}")
+            flags.append(f"-I{source.path.parent}")  # after the PCH: its key stays per kernel
         pch_deps: dict = {}
         try:
-            pch = self._pch(flags) if self.use_pch else None
             for attempt in ("pch", "plain") if pch else ("plain",):
                 cmd = [self.clang.path, *flags, "-MD", "-MF", str(depfile), "-c", str(src_file),
                        "-o", str(tmp_obj)]
@@ -233,10 +266,12 @@ class Compiler:
 
     def _pch(self, flags: list[str]):
         """(path, deps) of the precompiled prelude for these flags, built on first use."""
+        import subprocess
+
         key = cache.digest(FORMAT, _PRELUDE, "\0".join(flags), self.clang.identity, self.btf.digest)
         d = cache.subdir(f"pch/{key}")
-        pch, manifest = d / "prelude.pch", d / "prelude.json"
-        info = cache.read_json(manifest)
+        pch, manifest = d / "prelude.pch", d / "prelude.rec"
+        info = cache.read_record(manifest)
         if pch.exists() and _deps_unchanged(info):
             return pch, info["deps"]
         prelude = d / "prelude.h"
@@ -251,7 +286,7 @@ class Compiler:
         os.replace(tmp, pch)
         deps = _read_depfile(depfile, exclude={str(prelude)})
         depfile.unlink()
-        cache.write_json(manifest, {"deps": deps})
+        cache.write_record(manifest, {"deps": deps})
         return pch, deps
 
 

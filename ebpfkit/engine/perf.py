@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import platform
 from ctypes import Structure, c_int32, c_uint16, c_uint32, c_uint64
 
 from ..errors import NotSupportedError, PermissionDeniedError
@@ -53,9 +52,9 @@ def _parse_cpu_list(path: str) -> list[int]:
 def open_event(attr: perf_event_attr, pid: int = -1, cpu: int = 0) -> int:
     """perf_event_open; returns an fd or raises a clear error."""
     attr.size = ctypes.sizeof(attr)
-    nr = _NR.get(platform.machine())
+    nr = _NR.get(os.uname().machine)
     if nr is None:
-        raise NotSupportedError("perf_event", f"perf_event_open is not wired up for {platform.machine()}")
+        raise NotSupportedError("perf_event", f"perf_event_open is not wired up for {os.uname().machine}")
     fd = L.libc.syscall(nr, ctypes.byref(attr), c_int32(pid), c_int32(cpu), c_int32(-1),
                         ctypes.c_ulong(PERF_FLAG_FD_CLOEXEC))
     if fd < 0:

@@ -22,6 +22,12 @@ TOOLS: dict[str, ToolInfo] = {t.name: t for t in [
     ToolInfo("doctor", "ebpfkit.tools.doctor", "Show what this kernel allows and which tools can run."),
     ToolInfo("runqlat", "ebpfkit.tools.runqlat", "Run-queue (scheduler) latency as log2 histograms.",
              hooks=(("tp_btf sched_wakeup/sched_switch", ("btf", "tp_btf")),)),
+    ToolInfo("iofsstat", "ebpfkit.tools.iofsstat", "File IO per process and file (paths, containers) next to disk IO.",
+             hooks=(("fexit vfs_read/vfs_write", ("btf", "fexit", "tracepoint")),
+                    ("syscall tracepoints", ("btf", "tracepoint")))),
+    ToolInfo("iotrace", "ebpfkit.tools.iotrace",
+             "IO latency at every layer, from the syscall to the block device, per request.",
+             hooks=(("tracepoints syscalls/* + block/*, CO-RE reads", ("btf", "tracepoint", "lockdown")),)),
     ToolInfo("build", "ebpfkit.tools.build", "Compile every BPF program into prebuilt CO-RE objects."),
     ToolInfo("vm", "ebpfkit.tools.vm", "Boot another kernel in a VM and run a command (or tests) inside."),
 ]}

@@ -580,8 +580,6 @@ char LICENSE[] SEC("license") = "GPL";
 
 
 def test_compile_cache_hits_and_invalidation(tmp_path, monkeypatch, caplog):
-    from ebpfkit.engine import compiler
-
     monkeypatch.setenv("EBPFKIT_CACHE_DIR", str(tmp_path / "cache"))
     caplog.set_level(logging.DEBUG, logger="ebpfkit.engine.compiler")
     src = tmp_path / "cached.bpf.c"
@@ -610,7 +608,7 @@ def test_compile_cache_hits_and_invalidation(tmp_path, monkeypatch, caplog):
         return real_run(cmd, *a, **kw)
 
     with monkeypatch.context() as m:
-        m.setattr(compiler.subprocess, "run", no_clang)
+        m.setattr(subprocess, "run", no_clang)  # the compiler imports subprocess only on a miss
         spec = engine.compile(src)
     assert compiled() == "hit" and spec.rodata["magic"] == 1
 
