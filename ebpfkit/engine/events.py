@@ -38,6 +38,8 @@ grows. (Reading the ring's mmap'd pages in Python would save only the ~0.3 us ca
 from __future__ import annotations
 
 import ctypes
+import signal
+import threading
 import errno as _errno
 import time
 from collections import deque
@@ -179,7 +181,8 @@ class EventReader:
             return n
         self._sink, self._budget, self._got = sink, budget - n, 0
         try:
-            ret = self._native_poll(0 if n else timeout_ms)
+            with _SignalsDeferred():
+                ret = self._native_poll(0 if n else timeout_ms)
         finally:
             self._sink = None
         n += self._got
@@ -229,6 +232,35 @@ class EventReader:
 
     def _native_free(self) -> None:
         raise NotImplementedError
+
+
+class _SignalsDeferred:
+    """While libbpf runs our Python callbacks, a signal handler that raises (Ctrl-C's
+    KeyboardInterrupt, the engine's SIGTERM -> SystemExit) would raise inside a ctypes
+    callback, where the exception is printed and lost and the tool never stops. So note
+    SIGINT/SIGTERM during the native poll and run their real handlers once it returned."""
+
+    _SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __enter__(self):
+        self.saved, self.caught = {}, []
+        if threading.current_thread() is threading.main_thread():
+            for sig in self._SIGNALS:
+                handler = signal.getsignal(sig)
+                if callable(handler):  # Python-level handlers only; SIG_DFL/SIG_IGN act in C
+                    self.saved[sig] = handler
+                    signal.signal(sig, self._note)
+        return self
+
+    def _note(self, signum, frame):
+        self.caught.append(signum)
+
+    def __exit__(self, *exc):
+        for sig, handler in self.saved.items():
+            signal.signal(sig, handler)
+        for signum in self.caught:
+            self.saved[signum](signum, None)  # raises KeyboardInterrupt / SystemExit here
+        return False
 
 
 class RingBuffer(EventReader):
