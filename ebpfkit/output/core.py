@@ -196,6 +196,10 @@ class Output:
         """Several histograms as one result (e.g. one per process, each with a label)."""
         self._result(list(histograms))
 
+    def tables(self, tables: Iterable[ResultTable]) -> None:
+        """Several tables as one interval's result (one frame in live mode)."""
+        self._result(list(tables))
+
     def _result(self, result) -> None:
         when = now()
         if self.format == "json":

@@ -1,0 +1,318 @@
+"""iofsstat against the real kernel, checked against ground truth the test creates: an ext4
+filesystem on a fresh loop device, processes that write and read known amounts to known files
+(one several directories deep, one under a bind mount), a cgroup named like a Docker scope,
+and /proc/diskstats read around the tool's own reads."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from contextlib import ExitStack, contextmanager
+
+import pytest
+
+from ebpfkit.net import ChildCgroup
+from ebpfkit.sysinfo.diskstats import read_diskstats
+from ebpfkit.tools.iofsstat import IofsStat
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(os.geteuid() != 0, reason="loads BPF programs: needs root"),
+]
+
+MIB = 1 << 20
+WRITE_MIB, READ_MIB = 8, 6
+CONTAINER_ID = "c0ffee0123456789abcdef0123456789abcdef0123456789abcdef0123456789"
+
+# A process that, for each line on stdin, writes WRITE_MIB MiB to argv[1] (then fsyncs, so the
+# block writes happen in its own context) and reads READ_MIB MiB from argv[2], then says "done".
+WORKLOAD = f"""
+import os, sys
+out, inp = sys.argv[1:3]
+chunk = b"\\xab" * {MIB}
+for _ in sys.stdin:
+    fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    for _ in range({WRITE_MIB}):
+        assert os.write(fd, chunk) == {MIB}
+    os.fsync(fd)
+    os.close(fd)
+    fd = os.open(inp, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # so the reads reach the disk
+    left = {READ_MIB * MIB}
+    while left:
+        got = len(os.read(fd, min(left, {MIB})))
+        assert got, "short file"
+        left -= got
+    os.close(fd)
+    print("done", flush=True)
+"""
+
+
+class Files:
+    """The test's files on the loop filesystem: one written 5 directories deep, one read through
+    a bind mount (a second mount point) of another directory."""
+
+    def __init__(self, loop, tag: str):
+        mnt = loop.mountpoint
+        self.write_dir = mnt / tag / "d1" / "d2" / "d3" / "d4"
+        self.write_dir.mkdir(parents=True)
+        self.written = self.write_dir / "written.bin"
+        src = mnt / f"{tag}-src"
+        src.mkdir()
+        with open(src / "input.bin", "wb") as f:
+            f.write(os.urandom(READ_MIB * MIB))
+            os.fsync(f.fileno())
+        self.bind = mnt / tag / "m1" / "m2" / "bound"
+        self.bind.mkdir(parents=True)
+        subprocess.run(["mount", "--bind", str(src), str(self.bind)], check=True)
+        self.read = self.bind / "input.bin"
+
+    def close(self):
+        subprocess.run(["umount", str(self.bind)], check=False)
+
+
+@contextmanager
+def made_files(loop, tag="w"):
+    files = Files(loop, tag)
+    try:
+        yield files
+    finally:
+        files.close()
+
+
+class Workload:
+    """WORKLOAD in a child process (optionally started inside a cgroup directory)."""
+
+    def __init__(self, files: Files, cgroup: str | None = None):
+        argv = [sys.executable, "-c", WORKLOAD, str(files.written), str(files.read)]
+        if cgroup:  # join the cgroup first, then exec: every IO of the process is inside it
+            argv = ["/bin/sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', cgroup, *argv]
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.pid = self.proc.pid
+        self.files = files
+
+    def round(self):
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+        assert self.proc.stdout.readline().strip() == "done"
+
+    @property
+    def comm(self) -> str:
+        with open(f"/proc/{self.pid}/comm") as f:
+            return f.read().strip()
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait(timeout=10)
+
+
+@contextmanager
+def workload(files, cgroup=None):
+    w = Workload(files, cgroup)
+    try:
+        yield w
+    finally:
+        try:
+            w.close()
+        except Exception:
+            w.proc.kill()
+            w.proc.wait()
+
+
+class Tool:
+    """`ebpfkit -v --format json iofsstat ARGS 0.3` in a subprocess: started, ready once its
+    banner is out, stopped (SIGTERM) after its next intervals; each JSON line is an interval."""
+
+    def __init__(self, *args: str):
+        env = dict(os.environ, NO_COLOR="1")
+        self.proc = subprocess.Popen([sys.executable, "-m", "ebpfkit", "-v", "--format", "json",
+                                      "iofsstat", *args, "0.3"],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        self.lines: queue.Queue = queue.Queue()
+        self.stderr: list[str] = []
+        threading.Thread(target=self._read_stdout, daemon=True).start()
+        for line in self.proc.stderr:
+            self.stderr.append(line)
+            if "Hit Ctrl-C" in line:
+                break
+        else:
+            raise AssertionError(f"iofsstat did not start: {''.join(self.stderr)}")
+        self.intervals: list[dict] = []
+
+    def _read_stdout(self):
+        for line in self.proc.stdout:
+            self.lines.put(line)
+
+    def stop(self) -> list[dict]:
+        """After the caller's IO: wait for two more intervals (the one in progress holds the
+        last IO), then stop it; returns every interval."""
+        self._take(2)
+        self.proc.send_signal(signal.SIGTERM)  # SIGINT is ignored when the run is backgrounded
+        self.proc.wait(timeout=15)
+        self.stderr.append(self.proc.stderr.read())
+        while not self.lines.empty():
+            self.intervals.append(json.loads(self.lines.get()))
+        return self.intervals
+
+    def _take(self, n):
+        for _ in range(n):
+            self.intervals.append(json.loads(self.lines.get(timeout=10)))
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@contextmanager
+def tool(*args):
+    t = Tool(*args)
+    try:
+        yield t
+    finally:
+        t.kill()
+
+
+def rows(intervals, view):
+    return [r for i in intervals for r in i[view]]
+
+
+def totals(intervals, pid, path):
+    """Sums over the intervals of the file rows of (pid, path)."""
+    mine = [r for r in rows(intervals, "files") if r["pid"] == pid and r["path"] == str(path)]
+    return mine, {k: sum(r[k] for r in mine) for k in ("reads", "writes", "read_bytes", "write_bytes")}
+
+
+def within(value, expected, tolerance=0.02):
+    return abs(value - expected) <= expected * tolerance
+
+
+# --- tests -------------------------------------------------------------------------------
+
+def test_files_full_paths_inodes_and_bytes_of_a_process(ext4_loop):
+    with made_files(ext4_loop) as files, workload(files) as w:
+        with tool("--disk", ext4_loop.name) as t:
+            w.round()
+            intervals = t.stop()
+        assert "file IO hook: syscall exit tracepoints" in "".join(t.stderr)  # -v says which
+        written, read = os.stat(files.written), os.stat(files.read)
+
+        rows_w, sums_w = totals(intervals, w.pid, os.path.realpath(files.written))
+        assert rows_w, f"no row for {files.written}: {rows(intervals, 'files')}"
+        assert {r["comm"] for r in rows_w} == {w.comm}
+        assert {r["inode"] for r in rows_w} == {written.st_ino}
+        assert {r["device"] for r in rows_w} == {ext4_loop.name}
+        assert {r["dev"] for r in rows_w} == {f"{ext4_loop.major}:{ext4_loop.minor}"}
+        assert within(sums_w["write_bytes"], WRITE_MIB * MIB), sums_w
+        assert sums_w["writes"] == WRITE_MIB and sums_w["read_bytes"] == 0
+
+        rows_r, sums_r = totals(intervals, w.pid, os.path.realpath(files.read))  # across the bind mount
+        assert rows_r, f"no row for {files.read}: {rows(intervals, 'files')}"
+        assert {r["inode"] for r in rows_r} == {read.st_ino}
+        assert within(sums_r["read_bytes"], READ_MIB * MIB), sums_r
+        assert sums_r["write_bytes"] == 0
+        assert all(r["container"] is None for r in rows_w + rows_r)
+        # --disk: only files on the loop device, and its disk row
+        assert {r["device"] for r in rows(intervals, "files")} == {ext4_loop.name}
+        assert {d["disk"] for d in rows(intervals, "disks")} == {ext4_loop.name}
+
+        # the same IO seen at the block layer, in the workload's own context (fsync, reads)
+        bio = [r for r in rows(intervals, "disk_processes") if r["pid"] == w.pid]
+        assert bio and {r["disk"] for r in bio} == {ext4_loop.name}
+        assert sum(r["write_bytes"] for r in bio) >= WRITE_MIB * MIB * 0.98
+        assert sum(r["read_bytes"] for r in bio) >= READ_MIB * MIB * 0.98
+
+
+def test_container_and_pid_filters(ext4_loop):
+    with ExitStack() as stack:
+        parent = stack.enter_context(ChildCgroup("iofsstat"))
+        scope = os.path.join(parent.path, "system.slice", f"docker-{CONTAINER_ID}.scope")
+        os.makedirs(scope)  # removed with the parent (children first), also on failure
+        inside = stack.enter_context(workload(stack.enter_context(made_files(ext4_loop, "in")), scope))
+        outside = stack.enter_context(workload(stack.enter_context(made_files(ext4_loop, "out"))))
+        short = CONTAINER_ID[:12]
+
+        with tool("--container", short[:8]) as t:
+            inside.round()
+            outside.round()
+            intervals = t.stop()
+        seen = rows(intervals, "files") + rows(intervals, "disk_processes")
+        assert seen and {r["pid"] for r in seen} == {inside.pid}
+        assert {r["container"] for r in seen} == {short}
+        _, sums = totals(intervals, inside.pid, os.path.realpath(inside.files.written))
+        assert within(sums["write_bytes"], WRITE_MIB * MIB)
+
+        with tool("-p", str(outside.pid)) as t:
+            inside.round()
+            outside.round()
+            intervals = t.stop()
+        seen = rows(intervals, "files") + rows(intervals, "disk_processes")
+        assert seen and {r["pid"] for r in seen} == {outside.pid}
+        assert {r["container"] for r in seen} == {None}
+        _, sums = totals(intervals, outside.pid, os.path.realpath(outside.files.read))
+        assert within(sums["read_bytes"], READ_MIB * MIB)
+
+
+def test_paths_too_deep_for_bpf_come_from_proc(ext4_loop):
+    """Deeper than the BPF walk goes: the path comes from /proc/PID/fd while the file is open."""
+    deep = ext4_loop.mountpoint.joinpath(*["d"] * 60)
+    deep.mkdir(parents=True)
+    target = deep / "deep.bin"
+    target.write_bytes(b"z" * MIB)
+    reader = ("import os, sys\n"
+              "fd = os.open(sys.argv[1], os.O_RDONLY)\n"
+              "print(len(os.read(fd, 1 << 20)), flush=True)\n"
+              "sys.stdin.readline()\n")  # keeps the file open until the test is done
+    with tool("--disk", ext4_loop.name) as t:
+        proc = subprocess.Popen([sys.executable, "-c", reader, str(target)], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout.readline().strip() == str(MIB)
+            intervals = t.stop()
+        finally:
+            proc.communicate("\n", timeout=10)
+    mine, sums = totals(intervals, proc.pid, os.path.realpath(target))
+    assert mine, [r["path"] for r in rows(intervals, "files") if r["pid"] == proc.pid]
+    assert sums["read_bytes"] == MIB and mine[0]["inode"] == os.stat(target).st_ino
+
+
+def test_disk_view_matches_diskstats_deltas(ext4_loop):
+    """The tool's counts for the loop device equal /proc/diskstats deltas: the test reads
+    diskstats just before and just after each of the tool's reads, and trusts an interval only
+    when nothing moved in between (ext4's journal may write at any moment)."""
+    name = ext4_loop.name
+    target = ext4_loop.mountpoint / "diskstats.bin"
+    with IofsStat(disk=name) as session:
+        for _ in range(10):
+            before = read_diskstats()[name]
+            session.collect()
+            start = read_diskstats()[name]
+            with open(target, "wb") as f:
+                f.write(os.urandom(2 * MIB))
+                os.fsync(f.fileno())
+                os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+            with open(target, "rb") as f:
+                f.read()
+            time.sleep(0.05)
+            end = read_diskstats()[name]
+            interval = session.collect()
+            after = read_diskstats()[name]
+            if before == start and end == after:
+                break
+        else:
+            pytest.fail("the loop device never stood still around the tool's reads")
+    (disk,) = interval.disks
+    assert disk["disk"] == name
+    assert disk["reads"] == end.reads - start.reads > 0
+    assert disk["writes"] == end.writes - start.writes > 0
+    assert disk["read_bytes"] == (end.sectors_read - start.sectors_read) * 512 >= 2 * MIB
+    assert disk["write_bytes"] == (end.sectors_written - start.sectors_written) * 512 >= 2 * MIB
+    assert disk["r_iops"] == pytest.approx(disk["reads"] / interval.seconds, abs=0.01)
+    assert disk["util"] == pytest.approx(min(100, (end.io_ms - start.io_ms) / interval.seconds / 10),
+                                         abs=0.01)

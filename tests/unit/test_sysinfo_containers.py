@@ -1,0 +1,88 @@
+"""Container ids from cgroup paths, for every engine's naming; cgroup ids back to paths."""
+
+import os
+
+import pytest
+
+from ebpfkit.sysinfo.containers import CgroupPaths, Container, cgroup2_mount, parse_container
+
+ID = "3f2a9c0e1b7d4c5a8e6f0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f"
+ID2 = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+POD = "kubepods-burstable-pod1a2b3c4d_5e6f_7a8b_9c0d_1e2f3a4b5c6d.slice"
+
+
+@pytest.mark.parametrize("path, runtime", [
+    (f"/system.slice/docker-{ID}.scope", "docker"),
+    (f"/docker/{ID}", "docker"),
+    (f"/kubepods.slice/kubepods-burstable.slice/{POD}/cri-containerd-{ID}.scope", "containerd"),
+    (f"/kubepods/burstable/pod1a2b3c4d-5e6f/{ID}", "kubernetes"),
+    (f"/kubepods.slice/kubepods-besteffort.slice/{POD}/crio-{ID}.scope", "cri-o"),
+    (f"/kubepods/besteffort/pod1a2b/crio-{ID}", "cri-o"),
+    (f"/machine.slice/libpod-{ID}.scope", "podman"),
+    (f"/machine.slice/libpod-{ID}.scope/container", "podman"),  # podman's init sub-cgroup
+    (f"/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{ID}.scope", "podman"),
+    (f"/libpod_parent/libpod-{ID}", "podman"),
+    (f"/system.slice/nerdctl-{ID}.scope", "nerdctl"),
+    (f"/system.slice/someengine-{ID}.scope", "someengine"),  # any systemd scope named by an id
+    (f"/system.slice/docker-{ID}.scope/", "docker"),
+])
+def test_container_id_from_each_engines_cgroup_path(path, runtime):
+    assert parse_container(path) == Container(ID, runtime)
+    assert parse_container(path).short_id == ID[:12]
+
+
+@pytest.mark.parametrize("path", [
+    "/", "", "/user.slice/user-1000.slice/session-3.scope", "/system.slice/docker.service",
+    "/system.slice/containerd.service", f"/system.slice/docker-{ID[:63]}.scope",  # not 64 hex
+    f"/system.slice/docker-{ID.upper()}.scope",  # ids are lowercase
+    f"/machine.slice/libpod-conmon-{ID}.scope",  # podman's monitor, not the container
+    f"/kubepods.slice/crio-conmon-{ID}.scope",
+    "/kubepods.slice/kubepods-burstable.slice/" + POD,  # a pod, not one of its containers
+])
+def test_cgroups_of_no_container(path):
+    assert parse_container(path) is None
+
+
+def test_nested_containers_give_the_innermost():
+    path = f"/docker/{ID2}/kubelet.slice/kubepods.slice/cri-containerd-{ID}.scope"
+    assert parse_container(path) == Container(ID, "containerd")
+
+
+def test_conmon_under_a_container_is_skipped_for_the_enclosing_one():
+    assert parse_container(f"/docker/{ID2}/libpod-conmon-{ID}.scope") == Container(ID2, "docker")
+
+
+def test_bare_id_without_known_parent():
+    assert parse_container(f"/actions_job/{ID}") == Container(ID, "container")
+
+
+def test_cgroup_ids_are_directory_inodes(tmp_path):
+    scope = tmp_path / "system.slice" / f"docker-{ID}.scope"
+    child = scope / "init"
+    child.mkdir(parents=True)
+    paths = CgroupPaths(str(tmp_path))
+    assert paths.path(os.stat(tmp_path).st_ino) == "/"
+    assert paths.path(os.stat(scope).st_ino) == f"/system.slice/docker-{ID}.scope"
+    assert paths.container(os.stat(child).st_ino) == Container(ID, "docker")
+    assert paths.container(os.stat(tmp_path / "system.slice").st_ino) is None
+    assert paths.ids_of_container(ID[:6]) == {os.stat(scope).st_ino, os.stat(child).st_ino}
+    assert paths.ids_of_container(ID2[:6]) == set()
+
+
+def test_new_cgroups_are_found_after_refresh(tmp_path):
+    paths = CgroupPaths(str(tmp_path))
+    assert paths.path(12345678901) is None  # one walk; unknown ids don't walk again ...
+    late = tmp_path / f"docker-{ID}.scope"
+    late.mkdir()
+    assert paths.path(os.stat(late).st_ino) is None
+    paths.refresh()  # ... until the next interval
+    assert paths.path(os.stat(late).st_ino) == f"/docker-{ID}.scope"
+
+
+def test_cgroup2_mount_from_mounts_file(tmp_path):
+    mounts = tmp_path / "mounts"
+    mounts.write_text("proc /proc proc rw 0 0\ncgroup2 /sys/fs/cgroup/unified cgroup2 rw 0 0\n")
+    assert cgroup2_mount(str(mounts)) == "/sys/fs/cgroup/unified"
+    mounts.write_text("proc /proc proc rw 0 0\n")
+    assert cgroup2_mount(str(mounts)) is None
+    assert CgroupPaths(root="").path(1) is None  # no hierarchy: nothing, no error
