@@ -24,11 +24,16 @@ fi
 # headers the programs include); bpftool and iproute2 are for inspection; python3-venv
 # holds ebpfkit and its Python dependencies apart from the system's.
 packages=(clang llvm libbpf1 libbpf-dev bpftool iproute2 python3 python3-venv python3-pip ca-certificates)
-[ "$want_test" = 1 ] && packages+=(gcc make libc6-dev qemu-system-x86 linux-image-amd64 linux-headers-amd64 busybox-static)
+# Tests: gcc builds small test binaries; QEMU, a Debian kernel with its headers and busybox
+# are what the VM harness boots; nginx and wrk rebuild the sockmap load-balancer experiment.
+[ "$want_test" = 1 ] && packages+=(gcc make libc6-dev qemu-system-x86 linux-image-amd64 linux-headers-amd64
+                                   busybox-static nginx-light wrk)
 if [ "$want_bench" = 1 ]; then
   # gcc builds the benchmark's syscall loop. BCC compiles against kernel headers: the running
   # kernel's if the archive has them, else the distribution's (fine for tracepoint programs).
-  packages+=(gcc bpftrace python3-bpfcc)
+  # sockperf/iperf3/wrk/nginx measure socket acceleration; trafgen (netsniff-ng), xdp-tools
+  # and nftables are what the XDP filter is compared against.
+  packages+=(gcc bpftrace python3-bpfcc sockperf iperf3 wrk nginx-light netsniff-ng xdp-tools nftables)
   if apt-cache show "linux-headers-$(uname -r)" >/dev/null 2>&1; then
     packages+=("linux-headers-$(uname -r)")
   else
@@ -44,6 +49,13 @@ if [ "${#missing[@]}" -gt 0 ]; then
   echo "== installing: ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
+  # packages like nginx start their service on install; nothing of ours may listen on the
+  # machine's addresses, so forbid service starts for the duration (policy-rc.d, exit 101)
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+    chmod +x /usr/sbin/policy-rc.d
+    trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+  fi
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
