@@ -1,0 +1,275 @@
+"""pytest plugin: run tests marked ``@pytest.mark.vm(...)`` inside a VM kernel.
+
+    @pytest.mark.vm(lsm=True)                   # BPF-LSM active in the guest
+    @pytest.mark.vm(kernel="6.1", memory="2G")  # an installed release/prefix, or an image path
+    def test_lsm_hook(): ...
+
+On the host, the marked tests that were selected are grouped by (kernel, lsm, memory); each
+group boots once (``ebpfkit.vm.run``) and runs ``python -m pytest <its node ids>`` inside,
+as root, over a read-only view of the host. The guest's reports come back through a file
+on a shared directory (see ``results``) and are replayed in the host's session: pass, fail
+(with the assertion text), skip, captured output and durations as if they ran locally.
+A test still running when the guest panicked or timed out fails with the console's tail.
+
+Inside the VM (``ebpfkit vm run -- pytest ...`` works too) marked tests simply run;
+one needing ``lsm=True`` is skipped where BPF-LSM is not active.
+
+When the VM cannot run here (no QEMU, virtme-ng, busybox or kernel), the marked tests
+FAIL, naming the package to install (scripts/setup.sh --test installs them all): CI must
+not pass by skipping them. ``--vm-missing=skip`` turns that into skips, for machines that
+cannot have them.
+
+Registered through the ``pytest11`` entry point "ebpfkit", so any project that installs
+ebpfkit can use the marker.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+
+import pytest
+
+MARK = "vm"
+MARKER_HELP = ("vm(kernel=None, lsm=False, memory='2G', timeout=None): run the test inside a VM kernel "
+               "booted by ebpfkit (one boot per distinct kernel/lsm/memory)")
+DEFAULT_TIMEOUT = 600.0
+REPORT_OPTION = "--ebpfkit-vm-report"
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("ebpfkit-vm", "ebpfkit: tests inside a VM kernel (@pytest.mark.vm)")
+    group.addoption("--vm-kernel", metavar="PATH|VERSION", default=None,
+                    help="Kernel for vm tests whose marker names none (default: the newest installed).")
+    group.addoption("--vm-timeout", type=float, default=DEFAULT_TIMEOUT, metavar="S",
+                    help=f"Kill a VM (boot and all its tests) after S seconds (default {DEFAULT_TIMEOUT:g}).")
+    group.addoption("--vm-accel", choices=("auto", "kvm", "tcg"), default="auto",
+                    help="KVM or software emulation (default: KVM when it works).")
+    group.addoption("--vm-missing", choices=("fail", "skip"), default="fail",
+                    help="When no VM can run here (missing package): fail the vm tests (default) or skip them.")
+    group.addoption(REPORT_OPTION, dest="ebpfkit_vm_report", metavar="FILE", default=None,
+                    help="(internal) write the session's reports as JSON lines to FILE.")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", MARKER_HELP)
+    from .runner import in_vm
+
+    if config.getoption("ebpfkit_vm_report"):
+        from .results import GuestReporter
+
+        config.pluginmanager.register(GuestReporter(config, config.getoption("ebpfkit_vm_report")),
+                                      "ebpfkit-vm-reporter")
+    if not in_vm():
+        config.pluginmanager.register(VMScheduler(config), "ebpfkit-vm-scheduler")
+
+
+def pytest_runtest_setup(item):
+    """Inside a VM: skip a marked test whose needs this guest does not meet."""
+    marker = item.get_closest_marker(MARK)
+    if marker is None:
+        return
+    from .runner import in_vm
+
+    if not in_vm():
+        return
+    from .results import active_lsms
+
+    lsms = active_lsms()
+    if marker.kwargs.get("lsm") and lsms is not None and "bpf" not in lsms.split(","):
+        pytest.skip(f"needs BPF-LSM, not active in this VM ({lsms}): boot with `ebpfkit vm run --lsm`")
+    wanted = marker.kwargs.get("kernel")
+    if wanted and not _kernel_matches(wanted, os.uname().release):
+        pytest.skip(f"wants kernel {wanted}, this VM runs {os.uname().release}")
+
+
+def _kernel_matches(wanted: str, release: str) -> bool:
+    from .kernels import image_release
+
+    if os.sep in wanted:
+        return image_release(wanted) in (None, release)
+    return release == wanted or (release.startswith(wanted) and release[len(wanted):][:1] in ".-")
+
+
+class _Group:
+    """One boot: the marked tests sharing a kernel and options, and what came back."""
+
+    def __init__(self, key, kernel, error, lsm: bool, memory: str):
+        self.key, self.kernel, self.error, self.lsm, self.memory = key, kernel, error, lsm, memory
+        self.items: list = []
+        self.results = None      # GuestResults
+        self.vm = None           # VMResult
+        self.failure: str | None = None  # the VM could not run at all
+        self.output = bytearray()  # the guest pytest's output (tail)
+
+
+class VMScheduler:
+    """Host side: boots a VM per group on its first test, then reports each test in place."""
+
+    def __init__(self, config):
+        self.config = config
+        self.groups: dict = {}
+        self._item_group: dict = {}
+
+    def _options(self, item):
+        kw = item.get_closest_marker(MARK).kwargs
+        return (kw.get("kernel") or self.config.getoption("vm_kernel"), bool(kw.get("lsm", False)),
+                str(kw.get("memory", "2G")))
+
+    def _group_of(self, item) -> _Group:
+        if item.nodeid in self._item_group:
+            return self._item_group[item.nodeid]
+        from ..errors import EbpfkitError
+        from .kernels import resolve
+
+        spec, lsm, memory = self._options(item)
+        try:
+            kernel, error = resolve(spec), None
+            key = (kernel.image, lsm, memory)
+        except EbpfkitError as exc:
+            kernel, error = None, exc
+            key = (f"error:{spec}", lsm, memory)
+        if key not in self.groups:
+            self.groups[key] = _Group(key, kernel, error, lsm, memory)
+        group = self._item_group[item.nodeid] = self.groups[key]
+        return group
+
+    def _group_timeout(self, group: _Group) -> float:
+        marked = [i.get_closest_marker(MARK).kwargs.get("timeout") for i in group.items]
+        return max([float(t) for t in marked if t] + [self.config.getoption("vm_timeout")])
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config, items):
+        marked = [i for i in items if i.get_closest_marker(MARK)]
+        for item in marked:
+            self._group_of(item).items.append(item)
+        # pytest-timeout would time the first test of a group with the whole boot inside
+        # (and a test's own timeout marker is meant for the guest): on the host, let the
+        # VM's timeout act first, which also says what was running
+        if config.pluginmanager.hasplugin("timeout"):
+            for item in marked:
+                item.add_marker(pytest.mark.timeout(self._group_timeout(self._group_of(item)) + 120),
+                                append=False)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self, item, nextitem):
+        if item.get_closest_marker(MARK) is None:
+            return None
+        group = self._group_of(item)
+        if group.results is None and group.failure is None:
+            # the selected tests of this group (collection hooks after ours may deselect)
+            selected = set(map(id, item.session.items))
+            group.items = [i for i in group.items if id(i) in selected] or [item]
+            self._run(group)
+        item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+        for report in self._reports(group, item):
+            item.ihook.pytest_runtest_logreport(report=report)
+        item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+        return True
+
+    # --- one boot ---
+
+    def _run(self, group: _Group) -> None:
+        from ..errors import EbpfkitError
+        from . import host
+        from .results import GuestResults
+        from .runner import VMSpec, run, shared_tmp
+
+        if group.error is not None:
+            group.failure = _unavailable(group.error)
+            return
+        try:
+            host.require()
+        except EbpfkitError as exc:
+            group.failure = _unavailable(exc)
+            return
+        shared = tempfile.mkdtemp(prefix="ebpfkit-vmtests-", dir=shared_tmp())
+        results_file = os.path.join(shared, "results.jsonl")
+        spec = VMSpec(group.kernel, lsm=group.lsm, memory=group.memory, timeout=self._group_timeout(group),
+                      accel=self.config.getoption("vm_accel"), cwd=str(self.config.rootpath), rwdirs=(shared,),
+                      env=self._passed_env())
+        self._say(f"ebpfkit vm: booting {group.kernel.release}{' with BPF-LSM' if group.lsm else ''} "
+                  f"for {len(group.items)} test(s)")
+        live = self.config.getoption("capture") == "no"
+
+        def on_output(stream, data):
+            group.output.extend(data)
+            del group.output[:-65536]
+            if live:
+                sys.stdout.buffer.write(data)
+                sys.stdout.flush()
+
+        try:
+            group.vm = run(self._guest_command(group, results_file), spec, on_output=on_output)
+            group.results = GuestResults(self.config, results_file)
+        except EbpfkitError as exc:
+            group.failure = _unavailable(exc)
+            return
+        finally:
+            shutil.rmtree(shared, ignore_errors=True)
+        vm = group.vm
+        boot = f"{vm.boot_seconds:.1f} s" if vm.boot_seconds is not None else "never"
+        self._say(f"ebpfkit vm: {vm.kernel} ({vm.accel}): boot-to-command {boot}, "
+                  f"{len(group.results.reports)} of {len(group.items)} test(s) reported, "
+                  f"{vm.seconds:.1f} s in all, {vm.status}")
+
+    def _guest_command(self, group: _Group, results_file: str) -> list[str]:
+        config = self.config
+        argv = [sys.executable, "-m", "pytest", *[i.nodeid for i in group.items],
+                "--rootdir", str(config.rootpath), "-p", "no:cacheprovider", "-q",
+                REPORT_OPTION, results_file]
+        if config.inipath:
+            argv += ["-c", str(config.inipath)]
+        name = config.pluginmanager.get_name(sys.modules[__name__])
+        if name != "ebpfkit":  # loaded with -p, not through the entry point: the guest needs it too
+            argv += ["-p", __name__]
+        if config.getoption("capture") == "no":
+            argv.append("-s")
+        if not any(_uses_hypothesis(i) for i in group.items):
+            # importing it is most of pytest's start-up, and under emulation that is ~10 s
+            argv += ["-p", "no:hypothesispytest"]
+        return argv
+
+    @staticmethod
+    def _passed_env() -> dict:
+        return {k: os.environ[k] for k in ("PYTEST_DISABLE_PLUGIN_AUTOLOAD",) if k in os.environ}
+
+    def _say(self, text: str) -> None:
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None and self.config.getoption("verbose") > -2:
+            reporter.write_line(text)
+
+    # --- reports for one test ---
+
+    def _reports(self, group: _Group, item) -> list:
+        from .results import synthetic_reports
+
+        if group.failure is not None:
+            outcome = "skipped" if self.config.getoption("vm_missing") == "skip" else "failed"
+            return synthetic_reports(item, outcome, group.failure)
+        results, vm = group.results, group.vm
+        got = results.reports.get(item.nodeid, [])
+        if results.complete(item.nodeid):
+            return got
+        if vm.status != "exited":
+            running = results.started and results.started[-1] == item.nodeid
+            where = "while this test ran" if running else "before this test ran"
+            return synthetic_reports(item, "failed", f"{where}: {vm.describe()}", before=got)
+        text = f"the VM's pytest did not report this test (exit status {vm.exit_code})"
+        if results.collect_errors:
+            text += "\n--- collection errors in the guest ---\n" + "\n".join(results.collect_errors)
+        tail = group.output.decode(errors="replace").strip().splitlines()[-30:]
+        if tail:
+            text += "\n--- guest pytest output (last lines) ---\n" + "\n".join(tail)
+        return synthetic_reports(item, "failed", text, before=got)
+
+
+def _uses_hypothesis(item) -> bool:
+    return "hypothesis" in item.keywords or getattr(getattr(item, "obj", None), "is_hypothesis_test", False)
+
+
+def _unavailable(exc) -> str:
+    hint = getattr(exc, "hint", None)
+    return f"cannot run a VM here: {exc}" + (f" ({hint})" if hint else "")

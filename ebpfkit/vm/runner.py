@@ -1,0 +1,409 @@
+"""Boot a kernel with virtme-ng, run one command inside as root, stream its output back.
+
+The guest sees the host's root filesystem read-only (9p) with writable overlays (/tmp, /var,
+...). A per-run host directory is shared read-write: it holds the guest-side script and
+receives the command's exit status, a "started" stamp (boot-to-command time) and the guest
+kernel's console (a virtio console, hvc0), which is how panics are recognised.
+
+The whole process tree (vng -> virtme-run -> qemu) runs in a session of its own, killed as a
+group on a timeout, an error, Ctrl-C, SIGTERM or SIGHUP: no QEMU outlives a run (only a
+SIGKILL of this process could orphan it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import selectors
+import shlex
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from . import host
+from .kernels import Kernel
+
+log = logging.getLogger("ebpfkit.vm")
+
+GUEST_MARK = "ebpfkit.vm=1"          # on the guest's kernel command line
+IN_VM_ENV = "EBPFKIT_IN_VM"          # in the command's environment
+KERNEL_ENV = "EBPFKIT_VM_KERNEL"     # there too: the release the host meant to boot
+HOST_CACHE_MOUNT = "/run/ebpfkit-vm/host-cache"
+KERNEL_BTF = "/sys/kernel/btf/vmlinux"
+PANIC_RE = re.compile(r"Kernel panic - not syncing|BUG: kernel NULL pointer|general protection fault")
+# Passed through to the guest command (virtme-ng's init starts it with a minimal environment).
+PASS_ENV = ("PATH", "PYTHONPATH", "VIRTUAL_ENV", "LANG", "LC_ALL", "TERM", "NO_COLOR", "TZ")
+KILL_GRACE = 5.0
+
+_WARMUP = 'SEC("tp/syscalls/sys_enter_getpid") int ebpfkit_vm_warmup(void *ctx) { return 0; }\n' \
+          'char LICENSE[] SEC("license") = "GPL";\n'
+
+
+@dataclass
+class VMSpec:
+    kernel: Kernel
+    lsm: bool = False
+    memory: str = "2G"
+    cpus: int | None = None
+    timeout: float | None = None      # seconds from start to kill; None: no limit
+    accel: str = "auto"               # auto | kvm | tcg
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: str | None = None            # default: the caller's cwd (the same path exists inside)
+    append: tuple[str, ...] = ()      # more kernel command-line options
+    share_cache: bool = True          # let the guest reuse the host's ebpfkit compile cache
+    rwdirs: tuple[str, ...] = ()      # host directories the guest may write (same path inside)
+
+
+@dataclass
+class VMResult:
+    status: str                       # exited | timeout | panic | died
+    exit_code: int | None             # the command's, when it exited
+    kernel: str
+    accel: str
+    seconds: float
+    boot_seconds: float | None        # vng start -> command start (None: never started)
+    console: str = ""                 # the guest kernel's console (warnings and worse)
+    stderr_tail: str = ""             # the last of vng's/the command's stderr
+    timeout: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "exited"
+
+    def console_tail(self, lines: int = 40) -> str:
+        """The console's last lines, or from just before the panic message when there is one
+        (what follows it is the stack trace worth reading)."""
+        text = self.console.rstrip().splitlines()
+        first = next((i for i, line in enumerate(text) if PANIC_RE.search(line)), None)
+        if first is not None:
+            return "\n".join(text[max(0, first - 2):first - 2 + lines])
+        return "\n".join(text[-lines:])
+
+    def describe(self) -> str:
+        """One paragraph saying what went wrong (for non-"exited" results)."""
+        if self.status == "exited":
+            return f"the command exited with status {self.exit_code}"
+        if self.status == "timeout":
+            where = (f"the command had run for {self.seconds - self.boot_seconds:.0f} s" if self.boot_seconds
+                     else "the command had not started yet (still booting)")
+            text = f"the VM ({self.kernel}) timed out: killed after {self.timeout:g} s; {where}"
+        elif self.status == "panic":
+            text = f"the guest kernel {self.kernel} panicked"
+        else:
+            text = f"the VM ({self.kernel}) ended without the command's exit status"
+            if self.boot_seconds is None:
+                text += " (it never started: boot failure?)"
+        if self.console.strip():
+            text += f"\n--- guest console (last lines) ---\n{self.console_tail()}"
+        if self.status == "died" and self.stderr_tail.strip():
+            last = "\n".join(self.stderr_tail.rstrip().splitlines()[-15:])
+            text += f"\n--- stderr (last lines) ---\n{last}"
+        return text
+
+
+def in_vm() -> bool:
+    """True inside a VM booted by ebpfkit (also when a user runs pytest there by hand)."""
+    if os.environ.get(IN_VM_ENV) == "1":
+        return True
+    try:
+        with open("/proc/cmdline") as f:
+            return GUEST_MARK in f.read().split()
+    except OSError:
+        return False
+
+
+def run(command: Sequence[str], spec: VMSpec,
+        on_output: Callable[[str, bytes], None] | None = None) -> VMResult:
+    """Boot ``spec.kernel``, run ``command`` (argv) inside as root, return how it ended.
+
+    ``on_output(stream, data)`` receives the command's output as it comes ("stdout" or
+    "stderr"). Raises NotSupportedError when a host piece is missing."""
+    vng = host.require()
+    accel, why = host.choose_accel(spec.accel)
+    log.info("booting %s with %s (%s)", spec.kernel.release, accel, why)
+    rundir = tempfile.mkdtemp(prefix="ebpfkit-vm-", dir=shared_tmp())
+    try:
+        env = _guest_env(spec, rundir)
+        script = _write_script(rundir, command, env, spec)
+        argv = _vng_argv(vng, spec, accel, rundir, script, env.get("EBPFKIT_CACHE_DIR"))
+        log.debug("vng command: %s", shlex.join(argv))
+        with _exit_on_termination():
+            return _supervise(argv, spec, accel, rundir, on_output)
+    finally:
+        shutil.rmtree(rundir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _exit_on_termination():
+    """While a VM runs, SIGTERM/SIGHUP become SystemExit, so the VM is killed on the way out:
+    QEMU is in a session of its own, and no signal sent to us reaches it by itself."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pid = os.getpid()
+
+    def handler(signum, frame):
+        if os.getpid() != pid:  # a child between fork and exec: die as the signal says
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+        raise SystemExit(128 + signum)
+
+    previous = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) is signal.SIG_DFL:
+            previous[sig] = signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+# --- building the run --------------------------------------------------------------------
+
+_SAFE_PATH = re.compile(r"^[A-Za-z0-9_./+-]+$")  # vng pastes paths into a shell command unquoted
+
+
+def shared_tmp() -> str:
+    """Where to make directories the guest shares (their paths go to vng unquoted)."""
+    tmp = tempfile.gettempdir()
+    return tmp if _SAFE_PATH.match(tmp) else "/tmp"
+
+
+def _guest_env(spec: VMSpec, rundir: str) -> dict[str, str]:
+    env = {k: os.environ[k] for k in PASS_ENV if k in os.environ}
+    env["PATH"] = host.tool_path()  # the venv's bin dir first, as on the host
+    env.update({k: v for k, v in os.environ.items()
+                if k.startswith("EBPFKIT_") and k not in ("EBPFKIT_BTF", "EBPFKIT_CACHE_DIR")})
+    env[IN_VM_ENV] = "1"
+    env[KERNEL_ENV] = spec.kernel.release
+    if spec.share_cache:
+        env.update(_share_engine_cache(rundir))
+    env.update(spec.env)
+    return env
+
+
+def _share_engine_cache(rundir: str) -> dict[str, str]:
+    """Environment that makes the guest's engine reuse the host's compile cache.
+
+    The guest compiles against a copy of the host's BTF (EBPFKIT_COMPILE_BTF), so its
+    vmlinux.h, precompiled header and objects are the ones already in the host's cache
+    (mounted at the same path, writable through an overlay); CO-RE relocates against the
+    guest kernel at load time. Clang under emulation is ~10x slower: this saves minutes.
+    """
+    try:
+        from ..engine import cache
+        cache_dir = str(cache.cache_dir())
+    except OSError as exc:
+        log.info("no ebpfkit cache to share with the guest: %s", exc)
+        return {}
+    if not _SAFE_PATH.match(cache_dir):
+        log.info("not sharing the cache %s with the guest: unusual characters in its path", cache_dir)
+        return {}
+    env = {"EBPFKIT_CACHE_DIR": cache_dir}
+    if os.path.exists(KERNEL_BTF):
+        btf_copy = os.path.join(rundir, "host-vmlinux.btf")
+        shutil.copyfile(KERNEL_BTF, btf_copy)
+        env["EBPFKIT_COMPILE_BTF"] = btf_copy
+        env.update(_warm_host_cache())
+    return env
+
+
+def _warm_host_cache() -> dict[str, str]:
+    """Compile a trivial program on the host so vmlinux.h and the precompiled header exist
+    before the guest needs them (a no-op once cached); name the clang it used, which spares
+    the guest a search of every PATH directory."""
+    try:
+        from .. import engine
+        from ..engine.compiler import CLANG_ENV, find_clang
+
+        engine.compile(text=_WARMUP, name="vm_warmup.bpf.c").close()
+        clang = find_clang()
+        return {CLANG_ENV: clang.path} if clang and CLANG_ENV not in os.environ else {}
+    except Exception as exc:  # best effort: the guest then compiles from scratch
+        log.info("could not prepare the compile cache for the guest: %s", exc)
+        return {}
+
+
+def _write_script(rundir: str, command: Sequence[str], env: dict[str, str], spec: VMSpec) -> str:
+    q = shlex.quote
+    cwd = spec.cwd or os.getcwd()
+    lines = ["# ebpfkit vm: the guest side of one run (as root, inside the VM)",
+             f": > {q(rundir + '/started')}"]
+    cache_dir = env.get("EBPFKIT_CACHE_DIR")
+    if cache_dir:
+        # the host's cache, read-only over 9p, made writable by a guest-only overlay at the
+        # same path (the path is part of the precompiled header's key); else an empty cache
+        up = "/run/ebpfkit-vm/cache"
+        lines += [f"mkdir -p {q(cache_dir)} {up}/upper {up}/work 2>/dev/null",
+                  f"mount -t overlay ebpfkit-cache -o lowerdir={HOST_CACHE_MOUNT},upperdir={up}/upper,"
+                  f"workdir={up}/work {q(cache_dir)} 2>/dev/null || "
+                  f"{{ export EBPFKIT_CACHE_DIR={up}/fresh; : > {q(rundir + '/cache-not-shared')}; }}"]
+    lines += [f"export {k}={q(v)}" for k, v in env.items() if k != "EBPFKIT_CACHE_DIR"]
+    if cache_dir:
+        lines.append(f"[ -n \"$EBPFKIT_CACHE_DIR\" ] || export EBPFKIT_CACHE_DIR={q(cache_dir)}")
+    lines += [f"cd {q(cwd)} 2>/dev/null || cd /",
+              shlex.join(command),
+              "rc=$?",
+              f"echo $rc > {q(rundir + '/exit')}",
+              "exit $rc"]
+    path = os.path.join(rundir, "guest.sh")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return path
+
+
+def _vng_argv(vng: str, spec: VMSpec, accel: str, rundir: str, script: str, cache_dir: str | None) -> list[str]:
+    console = os.path.join(rundir, "console.log")
+    # A second console on a virtio port, into a file of our own: vng's serial console goes
+    # to /dev/null (or, with -v, into the command's stderr), and panics must be recognisable.
+    qemu_opts = (f"-device virtio-serial-pci,id=ebpfkitcon -chardev file,id=ebpfkitcon0,path={console} "
+                 f"-device virtconsole,chardev=ebpfkitcon0,bus=ebpfkitcon.0")
+    kopts = ["console=hvc0", "loglevel=5", GUEST_MARK]
+    if spec.lsm:
+        kopts.append(f"lsm={spec.kernel.lsm_list()}")
+    kopts += spec.append
+    # "--opt=value": argparse would take a value starting with "-" for an option
+    argv = [vng, f"--run={spec.kernel.image}", "--force-9p", f"--memory={spec.memory}",
+            f"--rwdir={rundir}", f"--qemu-opts={qemu_opts}", f"--append={' '.join(kopts)}"]
+    if cache_dir:
+        argv.append(f"--rodir={HOST_CACHE_MOUNT}={cache_dir}")
+    argv += [f"--rwdir={d}" for d in spec.rwdirs]
+    if accel == "tcg":
+        argv.append("--disable-kvm")
+    if spec.cpus:
+        argv.append(f"--cpus={spec.cpus}")
+    if os.geteuid() != 0:
+        argv.append("--user=root")
+    return argv + [f"--exec=sh {script}"]
+
+
+# --- running it --------------------------------------------------------------------------
+
+def _supervise(argv, spec: VMSpec, accel: str, rundir: str, on_output) -> VMResult:
+    env = dict(os.environ, PATH=host.tool_path(), TMPDIR=rundir)  # vng's temp files die with rundir
+    started = time.monotonic()
+    deadline = started + spec.timeout if spec.timeout else None
+    boot_seconds = None
+    tails = {"stdout": bytearray(), "stderr": bytearray()}
+    timed_out = False
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=env, start_new_session=True)
+    sel = selectors.DefaultSelector()
+    try:
+        for name, pipe in (("stdout", proc.stdout), ("stderr", proc.stderr)):
+            os.set_blocking(pipe.fileno(), False)
+            sel.register(pipe, selectors.EVENT_READ, name)
+        stamp = os.path.join(rundir, "started")
+        while sel.get_map():
+            if deadline is not None and time.monotonic() >= deadline:
+                timed_out = True
+                break
+            wait = 0.25 if deadline is None else max(0.0, min(0.25, deadline - time.monotonic()))
+            for key, _ in sel.select(wait):
+                data = os.read(key.fd, 65536)
+                if not data:
+                    sel.unregister(key.fileobj)
+                    continue
+                tail = tails[key.data]
+                tail += data
+                del tail[:-8192]
+                if on_output:
+                    on_output(key.data, data)
+            if boot_seconds is None and os.path.exists(stamp):
+                boot_seconds = time.monotonic() - started
+        if not timed_out:
+            try:
+                proc.wait(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                timed_out = True
+    finally:
+        sel.close()
+        _kill_group(proc)
+        for pipe in (proc.stdout, proc.stderr):
+            pipe.close()
+    if boot_seconds is None and os.path.exists(os.path.join(rundir, "started")):
+        boot_seconds = time.monotonic() - started
+    seconds = time.monotonic() - started
+    if os.path.exists(os.path.join(rundir, "cache-not-shared")):
+        log.info("the guest could not mount the host's compile cache; it compiled from scratch")
+    console = _read(os.path.join(rundir, "console.log"))
+    exit_code = _read_exit(os.path.join(rundir, "exit"))
+    if timed_out:
+        status = "timeout"
+    elif exit_code is not None:
+        status = "exited"
+    elif PANIC_RE.search(console):
+        status = "panic"
+    else:
+        status = "died"
+    return VMResult(status=status, exit_code=exit_code if status == "exited" else None,
+                    kernel=spec.kernel.release, accel=accel, seconds=seconds, boot_seconds=boot_seconds,
+                    console=console, stderr_tail=tails["stderr"].decode(errors="replace"),
+                    timeout=spec.timeout)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGTERM the run's whole process group (QEMU included); SIGKILL it if anything is
+    still there after a grace period; return once the group is empty."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        if _group_gone(proc, KILL_GRACE):
+            break
+    else:
+        log.warning("processes of the VM run (process group %d) survived SIGKILL", proc.pid)
+    try:
+        proc.wait(timeout=KILL_GRACE)
+    except subprocess.TimeoutExpired:
+        log.warning("vng (pid %d) did not exit after SIGKILL", proc.pid)
+
+
+def _group_gone(proc: subprocess.Popen, seconds: float) -> bool:
+    end = time.monotonic() + seconds
+    while True:
+        proc.poll()  # reap vng itself
+        if not _live_members(proc.pid):
+            return True
+        if time.monotonic() >= end:
+            return False
+        time.sleep(0.05)
+
+
+def _live_members(pgid: int) -> list[int]:
+    """Processes of group ``pgid`` that are not zombies (an orphaned QEMU killed a moment
+    ago stays a zombie until init reaps it: it is gone for our purpose)."""
+    members = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            members.append(int(name))
+    return members
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _read_exit(path: str) -> int | None:
+    text = _read(path).strip()
+    return int(text) if text.isdigit() else None

@@ -1,0 +1,133 @@
+"""The VM harness seen from the host: a nested pytest session whose vm tests pass, fail,
+skip and panic inside one boot, reported in the host's session as if local; the CLI's
+exit status, a hung guest killed at the timeout, and missing packages named."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import xml.etree.ElementTree as ET
+
+NESTED = textwrap.dedent('''
+    import pytest
+
+    pytestmark = pytest.mark.vm
+
+    def test_passes():
+        with open("/proc/cmdline") as f:
+            assert "ebpfkit.vm=1" in f.read().split()
+
+    def test_fails():
+        assert 1 + 1 == 3, "arithmetic is broken in the guest"
+
+    def test_skips():
+        pytest.skip("skipped inside the guest")
+
+    @pytest.mark.vm(kernel="0.0.1-not-installed")
+    def test_on_a_kernel_not_installed():
+        pass
+
+    def test_y_panics():
+        with open("/proc/sysrq-trigger", "w") as f:
+            f.write("c")
+
+    def test_z_after_the_panic():
+        pass
+''')
+
+
+def nested_pytest(tmp_path, source: str, *args, env=None, timeout=300):
+    """Run pytest on ``source`` in a fresh directory; (process, {test name: (outcome, text)})."""
+    (tmp_path / "test_nested.py").write_text(source)
+    xml = tmp_path / "report.xml"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "test_nested.py", "-p", "no:cacheprovider",
+                           f"--junitxml={xml}", "-rA", *args], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+    outcomes = {}
+    for case in ET.parse(xml).getroot().iter("testcase"):
+        outcome, text = "passed", ""
+        for child in case:
+            if child.tag in ("failure", "error", "skipped"):
+                outcome = child.tag
+                text = (child.get("message") or "") + "\n" + (child.text or "")
+                break
+        outcomes[case.get("name")] = (outcome, text)
+    return proc, outcomes
+
+
+def test_vm_tests_report_pass_fail_skip_and_panic_as_if_local(vm_kernel, tmp_path):
+    started = time.monotonic()
+    proc, got = nested_pytest(tmp_path, NESTED)
+    print(f"nested session (one boot) took {time.monotonic() - started:.1f} s")
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 1, output
+    assert f"ebpfkit vm: booting {vm_kernel.release}" in proc.stdout
+    assert proc.stdout.count("ebpfkit vm: booting") == 1  # one boot for the whole group
+
+    assert got["test_passes"] == ("passed", ""), output
+    outcome, text = got["test_fails"]
+    assert outcome == "failure"
+    assert "arithmetic is broken in the guest" in text and "assert (1 + 1) == 3" in text, text
+    outcome, text = got["test_skips"]
+    assert outcome == "skipped" and "skipped inside the guest" in text, text
+    outcome, text = got["test_on_a_kernel_not_installed"]
+    assert outcome == "error" and "0.0.1-not-installed" in text and "linux-image-amd64" in text, text
+    outcome, text = got["test_y_panics"]
+    assert outcome == "failure", text
+    assert "while this test ran" in text and "panicked" in text and "sysrq triggered crash" in text, text
+    outcome, text = got["test_z_after_the_panic"]
+    assert outcome == "error" and "before this test ran" in text, text  # never set up
+
+
+def _without_qemu() -> dict:
+    # only the interpreter's directory (vng, virtme-run): no qemu-system-x86_64, no busybox
+    return dict(os.environ, PATH=os.path.dirname(sys.executable))
+
+
+def test_missing_qemu_fails_the_vm_tests_naming_the_package(host_only, tmp_path):
+    source = "import pytest\n\n@pytest.mark.vm\ndef test_inside():\n    pass\n"
+    proc, got = nested_pytest(tmp_path, source, env=_without_qemu(), timeout=60)
+    outcome, text = got["test_inside"]
+    assert outcome == "error", proc.stdout
+    assert "qemu-system-x86_64 is not installed" in text and "apt-get install qemu-system-x86" in text, text
+
+
+def test_missing_qemu_skips_with_the_reason_when_asked(host_only, tmp_path):
+    source = "import pytest\n\n@pytest.mark.vm\ndef test_inside():\n    pass\n"
+    proc, got = nested_pytest(tmp_path, source, "--vm-missing=skip", env=_without_qemu(), timeout=60)
+    assert proc.returncode == 0, proc.stdout
+    outcome, text = got["test_inside"]
+    assert outcome == "skipped" and "apt-get install qemu-system-x86" in text, text
+
+
+def ebpfkit(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "ebpfkit", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_cli_runs_the_command_as_root_in_the_guest_and_returns_its_status(vm_kernel):
+    proc = ebpfkit("vm", "run", "--lsm", "--", "sh", "-c",
+                   "uname -r; id -u; cat /sys/kernel/security/lsm; echo; echo oops >&2; exit 7")
+    assert proc.returncode == 7, proc.stderr
+    release, uid, lsms = proc.stdout.split()[:3]
+    assert release == vm_kernel.release
+    assert uid == "0"
+    assert "bpf" in lsms.split(",")
+    assert "oops" in proc.stderr
+
+
+def test_cli_kills_a_hung_guest_at_the_timeout(vm_kernel):
+    started = time.monotonic()
+    proc = ebpfkit("vm", "run", "--timeout", "45", "--", "sh", "-c", "echo started; sleep 600")
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 124, proc.stderr
+    assert "timed out" in proc.stderr and "killed after 45 s" in proc.stderr, proc.stderr
+    # normally the command hangs (boot-to-command ~20 s); on a crowded machine the boot
+    # itself may outlast the timeout: either way the whole VM must be gone in time
+    assert "the command had run for" in proc.stderr or "had not started yet" in proc.stderr, proc.stderr
+    if "started" in proc.stdout:
+        assert "the command had run for" in proc.stderr, proc.stderr
+    assert elapsed < 45 + 20

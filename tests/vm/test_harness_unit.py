@@ -1,0 +1,165 @@
+"""The VM harness's pieces without booting anything: kernel discovery, the vng command line
+and guest script, how results are described, missing packages, and the CLI's exit codes."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from ebpfkit.cli import cli
+from ebpfkit.errors import NotSupportedError
+from ebpfkit.output import invoke_cli
+from ebpfkit.vm import VMResult, VMSpec, host, kernels, runner
+
+
+def fake_boot(tmp_path, *releases, modules=True, lsm=None):
+    boot, mods = tmp_path / "boot", tmp_path / "modules"
+    boot.mkdir(exist_ok=True)
+    for release in releases:
+        (boot / f"vmlinuz-{release}").write_bytes(b"not really a kernel")
+        if lsm is not None:
+            (boot / f"config-{release}").write_text(f'CONFIG_BPF_LSM=y\nCONFIG_LSM="{lsm}"\n')
+        if modules:
+            (mods / release).mkdir(parents=True)
+            (mods / release / "modules.dep").write_text("")
+    return str(boot), str(mods)
+
+
+def test_kernels_newest_first_and_the_default_has_modules(tmp_path):
+    boot, mods = fake_boot(tmp_path, "5.10.0-9-amd64", "6.1.0-56-amd64", "6.1.0-9-amd64")
+    found = kernels.find_kernels(boot, mods)
+    assert [k.release for k in found] == ["6.1.0-56-amd64", "6.1.0-9-amd64", "5.10.0-9-amd64"]
+    assert kernels.resolve(None, boot, mods).release == "6.1.0-56-amd64"
+    assert kernels.resolve("5.10", boot, mods).release == "5.10.0-9-amd64"
+    assert kernels.resolve("6.1.0-9-amd64", boot, mods).release == "6.1.0-9-amd64"
+
+
+def test_unknown_or_missing_kernel_names_the_package(tmp_path):
+    boot, mods = fake_boot(tmp_path, "6.1.0-56-amd64")
+    with pytest.raises(NotSupportedError) as exc:
+        kernels.resolve("6.11", boot, mods)  # a prefix must end at a "." or "-"
+    assert "linux-image-amd64" in exc.value.hint
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(NotSupportedError) as exc:
+        kernels.resolve(None, str(empty), mods)
+    assert "apt-get install linux-image-amd64" in exc.value.hint
+
+
+def test_a_kernel_without_modules_is_refused(tmp_path):
+    boot, mods = fake_boot(tmp_path, "6.1.0-56-amd64", modules=False)
+    with pytest.raises(NotSupportedError) as exc:
+        kernels.resolve("6.1", boot, mods)
+    assert "linux-image-6.1.0-56-amd64" in exc.value.hint
+
+
+def test_lsm_list_keeps_the_kernels_own_and_adds_bpf(tmp_path):
+    boot, mods = fake_boot(tmp_path, "6.1.0-56-amd64", lsm="landlock,lockdown,yama")
+    assert kernels.resolve(None, boot, mods).lsm_list() == "landlock,lockdown,yama,bpf"
+    assert kernels.Kernel("x", "/nonexistent").lsm_list() == kernels.FALLBACK_LSMS
+
+
+def test_image_release_reads_the_bzimage_header(tmp_path):
+    image = bytearray(0x600)
+    image[0x202:0x206] = b"HdrS"
+    image[0x20E:0x210] = (0x300).to_bytes(2, "little")  # version string at 0x300 + 0x200
+    version = b"6.1.0-56-amd64 (debian-kernel@lists.debian.org) #1 SMP\0"
+    image[0x500:0x500 + len(version)] = version
+    path = tmp_path / "bzImage"
+    path.write_bytes(bytes(image))
+    assert kernels.image_release(path) == "6.1.0-56-amd64"
+    path.write_bytes(b"\0" * 0x600)
+    assert kernels.image_release(path) is None
+
+
+def _spec(**kw):
+    return VMSpec(kernels.Kernel("6.1.0-56-amd64", "/boot/vmlinuz-6.1.0-56-amd64"), **kw)
+
+
+def test_vng_command_line():
+    argv = runner._vng_argv("/v/vng", _spec(lsm=True, memory="1G", cpus=2), "tcg", "/tmp/r", "/tmp/r/guest.sh",
+                            "/var/cache/ebpfkit")
+    assert argv[0] == "/v/vng" and "--run=/boot/vmlinuz-6.1.0-56-amd64" in argv
+    assert "--disable-kvm" in argv and "--force-9p" in argv and "--memory=1G" in argv and "--cpus=2" in argv
+    append = next(a for a in argv if a.startswith("--append="))
+    assert runner.GUEST_MARK in append and "console=hvc0" in append and f"lsm={kernels.FALLBACK_LSMS}" in append
+    assert "--rwdir=/tmp/r" in argv and "--rodir=/run/ebpfkit-vm/host-cache=/var/cache/ebpfkit" in argv
+    assert argv[-1] == "--exec=sh /tmp/r/guest.sh"
+    kvm = runner._vng_argv("/v/vng", _spec(), "kvm", "/tmp/r", "/tmp/r/guest.sh", None)
+    assert "--disable-kvm" not in kvm and not any(a.startswith("--rodir") for a in kvm)
+    assert not any("lsm=" in a for a in kvm)
+
+
+def test_guest_script_records_start_and_exit_status(tmp_path):
+    env = {"EBPFKIT_IN_VM": "1", "EBPFKIT_CACHE_DIR": "/var/cache/ebpfkit", "X": "a b"}
+    path = runner._write_script(str(tmp_path), ["python", "-c", "print('hi there')"], env, _spec(cwd="/work"))
+    text = open(path).read()
+    assert f": > {tmp_path}/started" in text
+    assert "export X='a b'" in text and "export EBPFKIT_IN_VM=1" in text
+    assert "mount -t overlay" in text and "lowerdir=/run/ebpfkit-vm/host-cache" in text
+    assert "python -c 'print('\"'\"'hi there'\"'\"')'" in text
+    assert f"echo $rc > {tmp_path}/exit" in text and text.rstrip().endswith("exit $rc")
+
+
+PANIC_CONSOLE = "\n".join(["[ 1.0] booting"] * 50 + [
+    "[14.6] sysrq: Trigger a crash", "[14.6] Kernel panic - not syncing: sysrq triggered crash",
+    "[14.6] CPU: 1 PID: 249 Comm: sh"] + ["[14.7]  frame"] * 60)
+
+
+def test_describe_a_panic_shows_the_console_from_the_panic_on():
+    result = VMResult("panic", None, "6.1.0-56-amd64", "tcg", 20.0, 15.0, console=PANIC_CONSOLE)
+    text = result.describe()
+    assert "guest kernel 6.1.0-56-amd64 panicked" in text
+    assert "Kernel panic - not syncing: sysrq triggered crash" in text
+    assert text.count("booting") == 1  # from just before the panic, not the console's last 40 lines
+
+
+def test_describe_a_timeout():
+    during = VMResult("timeout", None, "6.1", "tcg", 30.5, 18.0, timeout=30).describe()
+    assert "killed after 30 s" in during and "had run for 12 s" in during
+    booting = VMResult("timeout", None, "6.1", "tcg", 10.2, None, timeout=10).describe()
+    assert "not started yet" in booting
+
+
+def test_missing_host_pieces_name_their_packages(monkeypatch):
+    monkeypatch.setattr(host.shutil, "which", lambda *a, **k: None)
+    for find, package in ((host.find_qemu, "apt-get install qemu-system-x86"),
+                          (host.find_busybox, "apt-get install busybox-static"),
+                          (host.find_vng, "pip install virtme-ng")):
+        with pytest.raises(NotSupportedError) as exc:
+            find()
+        assert package in exc.value.hint
+
+
+def test_accel_choice(monkeypatch):
+    monkeypatch.setattr(host, "kvm_usable", lambda: (False, "no /dev/kvm"))
+    assert host.choose_accel("auto")[0] == "tcg"
+    assert host.choose_accel("tcg")[0] == "tcg"
+    with pytest.raises(NotSupportedError):
+        host.choose_accel("kvm")
+    monkeypatch.setattr(host, "kvm_usable", lambda: (True, "KVM works"))
+    assert host.choose_accel("auto")[0] == "kvm"
+
+
+@pytest.mark.parametrize("result, code, words", [
+    (VMResult("exited", 3, "6.1", "tcg", 20, 15), 3, []),
+    (VMResult("timeout", None, "6.1", "tcg", 30, 15, timeout=30), 124, ["timed out"]),
+    (VMResult("panic", None, "6.1", "tcg", 20, 15, console=PANIC_CONSOLE), 125, ["panicked", "sysrq"]),
+    (VMResult("died", None, "6.1", "tcg", 1, None, stderr_tail="qemu: cannot boot"), 125, ["cannot boot"]),
+])
+def test_cli_exit_status_follows_the_guest(monkeypatch, capsys, result, code, words):
+    import ebpfkit.vm
+
+    monkeypatch.setattr(kernels, "resolve", lambda spec=None: kernels.Kernel("6.1", "/boot/vmlinuz-6.1"))
+    monkeypatch.setattr(ebpfkit.vm, "run", lambda command, spec, on_output=None: result)
+    assert invoke_cli(cli, ["vm", "run", "--", "true"]) == code
+    err = capsys.readouterr().err
+    for word in words:
+        assert word in err
+    assert "Traceback" not in err
+
+
+def test_cli_lists_kernels():
+    out = CliRunner().invoke(cli, ["--format", "json", "vm", "kernels"])
+    assert out.exit_code == 0, out.output
+    assert '"release"' in out.output or "no kernel" in out.output
