@@ -80,7 +80,8 @@ _CLANG_NAME = re.compile(r"clang(-\d+)?")
 def _clang_version(path: str) -> Clang:
     memo_path = cache.subdir("clang") / "versions.rec"
     memo = cache.read_record(memo_path) or {}
-    ident = f"{path}|{cache.stat_key(path)}"
+    st = os.stat(path)
+    ident = f"{path}|{st.st_size}|{st.st_mtime_ns}"  # no inode: a VM's 9p view renumbers them
     text = memo.get(ident)
     if text is None:
         import subprocess
