@@ -29,6 +29,9 @@ TOOLS: dict[str, ToolInfo] = {t.name: t for t in [
     ToolInfo("iotrace", "ebpfkit.tools.iotrace",
              "IO latency at every layer, from the syscall to the block device, per request.",
              hooks=(("tracepoints syscalls/* + block/*, CO-RE reads", ("btf", "tracepoint", "lockdown")),)),
+    ToolInfo("sockmap", "ebpfkit.tools.sockmap",
+             "Accelerate TCP between local sockets: sockops + sk_msg redirect (enable/disable/status/bench).",
+             hooks=(("sockops on a cgroup v2 + sk_msg on a SOCKHASH", ("btf", "sockops", "sk_msg")),)),
     ToolInfo("build", "ebpfkit.tools.build", "Compile every BPF program into prebuilt CO-RE objects."),
     ToolInfo("vm", "ebpfkit.tools.vm", "Boot another kernel in a VM and run a command (or tests) inside."),
 ]}

@@ -1,0 +1,293 @@
+"""Loading, attaching, pinning and removing sockmap acceleration for one cgroup.
+
+``Accelerator`` is the foreground form (``run``, tests, notebooks): close() detaches.
+``enable()`` pins it under /sys/fs/bpf/ebpfkit/sockmap/<cgroup id>/ so it outlives the
+command; ``Enablement`` reads such a pin directory back; ``disable()`` removes one.
+
+Detaching never cuts a connection: the programs are attached to the cgroup and to the map,
+and each socket already in the map keeps its own reference to the sk_msg (and sk_skb)
+program until it closes. So after disable new connections take the normal path while
+accelerated ones go on being redirected; nothing queued is dropped. Removing sockets from
+the map instead would free their psock and any data still waiting in its ingress queue.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import time
+from dataclasses import dataclass, field
+
+from ..engine import _libbpf as L
+from ..engine import links, mounts
+from ..engine.constants import AttachType
+from ..errors import AttachError
+from . import maps as M
+from .cgroups import SockmapUsageError, require_privileges, resolve_cgroup
+from .regression import RegressionCheck, detect
+
+TOOL = "sockmap"
+PIN_BASE = os.path.join(mounts.PIN_ROOT, TOOL)
+MAP_NAMES = ("sock_hash", "ports", "stats", "info")
+LINK_PINS = {"sockmap_sockops": "link_sockops", "sockmap_redirect": "link_sk_msg",
+             "sockmap_pass": "link_sk_skb"}
+PROG_PINS = {"sockmap_redirect": "prog_sk_msg", "sockmap_pass": "prog_sk_skb"}
+SKB_VERDICT_CHOICES = ("auto", "on", "off")
+
+
+@dataclass
+class Options:
+    ports: tuple[int, ...] = ()
+    ipv6: bool = True
+    skb_verdict: str = "auto"  # the regression workaround: auto (when detected), on, off
+    max_sockets: int = 65535
+
+    def __post_init__(self):
+        self.ports = tuple(sorted(set(int(p) for p in self.ports)))
+        bad = [p for p in self.ports if not 0 < p < 65536]
+        if bad:
+            raise SockmapUsageError(f"not a TCP port: {bad[0]}")
+        if self.skb_verdict not in SKB_VERDICT_CHOICES:
+            raise SockmapUsageError(f"skb_verdict must be one of {', '.join(SKB_VERDICT_CHOICES)}")
+
+
+@dataclass
+class Accelerator:
+    """sockops + sk_msg (+ the pass-through sk_skb verdict) attached to one cgroup."""
+
+    cgroup: str | None = None
+    options: Options = field(default_factory=Options)
+    regression: RegressionCheck | None = None
+
+    def __post_init__(self):
+        require_privileges()
+        self.cgroup, self.cgroup_id = resolve_cgroup(self.cgroup)
+        self.obj = None
+        self.links: dict = {}  # program name -> Link
+
+    @property
+    def skb_verdict(self) -> bool:
+        if self.options.skb_verdict == "auto":
+            if self.regression is None:
+                self.regression = detect()
+            return self.regression.affected
+        return self.options.skb_verdict == "on"
+
+    def start(self) -> "Accelerator":
+        from ..engine import compile as compile_bpf
+
+        spec = compile_bpf("sockmap.bpf.c")
+        spec.rodata.update({"targ_ipv6": self.options.ipv6, "targ_filter_ports": bool(self.options.ports)})
+        spec.maps["sock_hash"].max_entries = self.options.max_sockets
+        verdict = self.skb_verdict
+        spec.programs["sockmap_pass"].autoload = verdict
+        self.obj = spec.load()
+        try:
+            fd = self.fd
+            M.write_ports(fd("ports"), self.options.ports)
+            M.write_info(fd("info"), enabled_at=time.time(), ipv6=self.options.ipv6, skb_verdict=verdict,
+                         regression=bool(self.regression and self.regression.affected),
+                         nports=len(self.options.ports), cgroup_id=self.cgroup_id)
+            # map programs first: a socket copies the map's programs when it is added
+            progs, sock_hash = self.obj.programs, self.obj.maps["sock_hash"]
+            if verdict:
+                self.links["sockmap_pass"] = progs["sockmap_pass"].attach_sockmap(
+                    sock_hash, AttachType.SK_SKB_VERDICT)
+            self.links["sockmap_redirect"] = progs["sockmap_redirect"].attach_sockmap(sock_hash)
+            self.links["sockmap_sockops"] = progs["sockmap_sockops"].attach_cgroup(self.cgroup)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def fd(self, map_name: str) -> int:
+        return self.obj.maps[map_name].fd
+
+    def stats(self) -> dict[str, int]:
+        return M.read_stats(self.fd("stats"))
+
+    def sockets(self) -> list[dict]:
+        return M.read_sockets(self.fd("sock_hash"))
+
+    def keys(self) -> set[bytes]:
+        return M.raw_keys(self.fd("sock_hash"))
+
+    def status(self) -> dict:
+        return _status_record(self.cgroup, self.cgroup_id, M.read_info(self.fd("info")),
+                              M.read_ports(self.fd("ports")), self.stats(),
+                              M.count_sockets(self.fd("sock_hash")), pinned=False)
+
+    def pin(self, directory: str) -> None:
+        """Pin maps, links and programs so the acceleration outlives this process."""
+        self.obj.pin_maps(directory)
+        for name, link in self.links.items():
+            if link.is_bpf_link:
+                link.pin(os.path.join(directory, LINK_PINS[name]))
+            else:  # BPF_PROG_ATTACH on a map (kernels < 6.10): the map holds the program
+                self.obj.links.remove(link)  # so closing the object does not detach it
+        for name, pin in PROG_PINS.items():
+            prog = self.obj.programs[name]
+            if prog.autoload and L.lib.bpf_obj_pin(prog.fd, os.fsencode(os.path.join(directory, pin))):
+                raise AttachError(f"cannot pin program {name} in {directory}: {os.strerror(L.errno())}")
+
+    def close(self) -> None:
+        if self.obj is not None:
+            self.obj.close()
+            self.obj = None
+            self.links = {}
+
+    def __enter__(self):
+        return self.start() if self.obj is None else self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+# --- pinned enablements ------------------------------------------------------------------
+
+def pin_directory(cgroup_id: int) -> str:
+    return os.path.join(PIN_BASE, str(cgroup_id))
+
+
+def _cgroup_path_of(cgroup_id: int) -> str | None:
+    from ..net import cgroup2_mount
+
+    try:
+        top = cgroup2_mount()
+    except Exception:
+        return None
+    for root, dirs, _ in os.walk(top):
+        with contextlib.suppress(OSError):
+            if os.stat(root).st_ino == cgroup_id:
+                return root
+    return None
+
+
+@dataclass
+class Enablement:
+    """What `enable` left pinned for one cgroup."""
+
+    cgroup_id: int
+    directory: str
+
+    @property
+    def cgroup(self) -> str | None:
+        return _cgroup_path_of(self.cgroup_id)
+
+    @property
+    def complete(self) -> bool:
+        return all(os.path.exists(os.path.join(self.directory, n)) for n in ("info", "sock_hash", "stats"))
+
+    @contextlib.contextmanager
+    def _map(self, name: str):
+        fd = L.lib.bpf_obj_get(os.fsencode(os.path.join(self.directory, name)))
+        if fd < 0:
+            raise AttachError(f"sockmap pin {self.directory}/{name} is missing: {os.strerror(-fd)}")
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+
+    def stats(self) -> dict[str, int]:
+        with self._map("stats") as fd:
+            return M.read_stats(fd)
+
+    def sockets(self) -> list[dict]:
+        with self._map("sock_hash") as fd:
+            return M.read_sockets(fd)
+
+    def keys(self) -> set[bytes]:
+        with self._map("sock_hash") as fd:
+            return M.raw_keys(fd)
+
+    def status(self) -> dict:
+        with self._map("info") as info, self._map("ports") as ports, self._map("sock_hash") as sh:
+            return _status_record(self.cgroup, self.cgroup_id, M.read_info(info), M.read_ports(ports),
+                                  self.stats(), M.count_sockets(sh), pinned=True)
+
+    def remove(self) -> None:
+        """Detach from the cgroup and the map, unpin everything (connections keep working)."""
+        for pin in ("link_sockops", "link_sk_msg", "link_sk_skb"):
+            path = os.path.join(self.directory, pin)
+            fd = L.lib.bpf_obj_get(os.fsencode(path))
+            if fd >= 0:  # detach now, even if another process still holds the link
+                L.lib.bpf_link_detach(fd)
+                os.close(fd)
+        _prog_detach_fallback(self.directory)
+        mounts.remove_pin_dir(os.path.join(TOOL, str(self.cgroup_id)))
+        with contextlib.suppress(OSError):
+            os.rmdir(PIN_BASE)  # the last enablement gone
+            os.rmdir(mounts.PIN_ROOT)
+
+
+def _prog_detach_fallback(directory: str) -> None:
+    """Kernels without sockmap links: detach the pinned programs from the pinned map."""
+    if os.path.exists(os.path.join(directory, "link_sk_msg")):
+        return
+    map_fd = L.lib.bpf_obj_get(os.fsencode(os.path.join(directory, "sock_hash")))
+    if map_fd < 0:
+        return
+    try:
+        for pin, attach in (("prog_sk_msg", AttachType.SK_MSG_VERDICT), ("prog_sk_skb", AttachType.SK_SKB_VERDICT)):
+            fd = L.lib.bpf_obj_get(os.fsencode(os.path.join(directory, pin)))
+            if fd >= 0:
+                L.lib.bpf_prog_detach2(fd, map_fd, attach)
+                os.close(fd)
+    finally:
+        os.close(map_fd)
+
+
+def enablements() -> list[Enablement]:
+    if not os.path.isdir(PIN_BASE):
+        return []
+    return [Enablement(int(name), os.path.join(PIN_BASE, name))
+            for name in sorted(os.listdir(PIN_BASE)) if name.isdigit()]
+
+
+def find(cgroup: str | None) -> Enablement | None:
+    _, cgroup_id = resolve_cgroup(cgroup)
+    directory = pin_directory(cgroup_id)
+    return Enablement(cgroup_id, directory) if os.path.isdir(directory) else None
+
+
+class AlreadyEnabled(Exception):
+    def __init__(self, enablement: Enablement):
+        super().__init__(f"sockmap acceleration is already enabled on {enablement.cgroup}")
+        self.enablement = enablement
+
+
+def enable(cgroup: str | None = None, options: Options | None = None) -> Enablement:
+    """Attach and pin; returns the Enablement. Raises AlreadyEnabled if it is there already."""
+    acc = Accelerator(cgroup, options or Options())
+    existing = find(acc.cgroup)
+    if existing is not None:
+        if existing.complete:
+            raise AlreadyEnabled(existing)
+        existing.remove()  # a half-made pin directory (an enable that crashed)
+    directory = mounts.pin_dir(os.path.join(TOOL, str(acc.cgroup_id)))
+    try:
+        acc.start()
+        acc.pin(directory)
+    except BaseException:
+        acc.close()
+        Enablement(acc.cgroup_id, directory).remove()
+        raise
+    acc.close()  # the pins keep everything alive
+    return Enablement(acc.cgroup_id, directory)
+
+
+def disable(cgroup: str | None = None) -> Enablement | None:
+    """Remove the acceleration pinned for ``cgroup``; None if there was none."""
+    require_privileges()
+    found = find(cgroup)
+    if found is not None:
+        found.remove()
+    return found
+
+
+def _status_record(cgroup, cgroup_id, info, ports, stats, sockets, pinned) -> dict:
+    return {"cgroup": cgroup or f"(removed cgroup id {cgroup_id})", "cgroup_id": cgroup_id,
+            "pinned": pinned, "ports": ports, "ipv6": bool(info.get("ipv6")),
+            "skb_verdict": bool(info.get("skb_verdict")), "regression": bool(info.get("regression")),
+            "enabled_at": info.get("enabled_at", 0), "sockets": sockets, **stats}

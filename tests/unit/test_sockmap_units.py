@@ -1,0 +1,122 @@
+"""sockmap pieces that need no kernel: key layout and byte order, the regression's release
+table, cgroup path checks, options, the status table and the CLI's shape."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import struct
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ebpfkit.cli import cli
+from ebpfkit.sockmap import Options, SockmapUsageError, resolve_cgroup
+from ebpfkit.sockmap import maps as M
+from ebpfkit.sockmap.cgroups import _mount_of
+from ebpfkit.sockmap.regression import release_affected
+from ebpfkit.tools import TOOLS
+
+HEADER = Path(__file__).resolve().parents[2] / "ebpfkit" / "programs" / "sockmap.h"
+
+
+def _c_struct_size(name: str) -> int:
+    """Size of a struct of __u32/__u64 fields (and __u32 arrays) declared in sockmap.h."""
+    body = re.search(rf"struct {name} {{(.*?)}};", HEADER.read_text(), re.S).group(1)
+    size = 0
+    for kind, _, count in re.findall(r"__u(32|64)\s+\w+(\[(\d+)\])?;", body):
+        size += int(kind) // 8 * int(count or 1)
+    return size
+
+
+def test_python_layouts_match_the_c_header():
+    assert M.KEY.size == _c_struct_size("sockmap_key") == 44
+    assert M.INFO.size == _c_struct_size("sockmap_info") == 32
+    stats = re.search(r"enum sockmap_stat {(.*?)};", HEADER.read_text(), re.S).group(1)
+    names = [n.lower() for n in re.findall(r"SOCKMAP_(\w+)", stats) if n != "NR_STATS"]
+    assert names == list(M.STATS)
+
+
+def test_key_byte_order_addresses_network_ports_host():
+    raw = M.encode_key(socket.AF_INET, "127.0.0.1", 8080, "127.0.0.2", 443)
+    family, local, remote, lport, rport = struct.unpack("=I16s16sII", raw)
+    assert family == socket.AF_INET
+    assert local[:4] == bytes([127, 0, 0, 1]) and remote[:4] == bytes([127, 0, 0, 2])
+    assert local[4:] == remote[4:] == bytes(12)
+    assert (lport, rport) == (8080, 443)  # both host order in the key
+    assert M.decode_key(raw) == {"family": "ipv4", "local": "127.0.0.1", "local_port": 8080,
+                                 "remote": "127.0.0.2", "remote_port": 443}
+
+
+def test_ipv4_mapped_ipv6_is_keyed_as_ipv4():
+    mapped = M.encode_key(socket.AF_INET6, "::ffff:127.0.0.1", 5201, "::ffff:127.0.0.1", 40000)
+    plain = M.encode_key(socket.AF_INET, "127.0.0.1", 5201, "127.0.0.1", 40000)
+    assert mapped == plain
+    v6 = M.encode_key(socket.AF_INET6, "::1", 1, "fe80::1", 2)
+    assert M.decode_key(v6)["family"] == "ipv6" and M.decode_key(v6)["remote"] == "fe80::1"
+
+
+@pytest.mark.parametrize("release, affected", [
+    ("6.18.44-fc-v595", True), ("6.18.14", True), ("6.18.13", False), ("6.12.75", True),
+    ("6.12.74-amd64", False), ("6.6.128", True), ("6.6.127", False), ("6.1.150", False),
+    ("6.19.0", True), ("7.0.0-22-generic", True), ("5.15.0", False), ("garbage", False)])
+def test_release_table(release, affected):
+    assert release_affected(release) is affected
+
+
+def test_missing_cgroup_is_a_usage_error(tmp_path):
+    with pytest.raises(SockmapUsageError) as info:
+        resolve_cgroup(str(tmp_path / "nope"))
+    assert info.value.exit_code == 2 and "does not exist" in str(info.value)
+
+
+def test_plain_directory_is_not_a_cgroup(tmp_path):
+    with pytest.raises(SockmapUsageError, match="not a cgroup v2 directory"):
+        resolve_cgroup(str(tmp_path))
+
+
+def test_cgroup_v1_directory_is_refused():
+    v1 = next((p for p in ("/sys/fs/cgroup/cpu", "/sys/fs/cgroup/memory", "/sys/fs/cgroup/pids")
+               if os.path.isdir(p) and _mount_of(os.path.realpath(p))[1] == "cgroup"), None)
+    if v1 is None:
+        pytest.skip("no cgroup v1 hierarchy mounted here")
+    with pytest.raises(SockmapUsageError, match="cgroup v1"):
+        resolve_cgroup(v1)
+
+
+def test_options_are_checked():
+    assert Options(ports=[443, 80, 443]).ports == (80, 443)
+    with pytest.raises(SockmapUsageError):
+        Options(ports=[70000])
+    with pytest.raises(SockmapUsageError):
+        Options(skb_verdict="sometimes")
+
+
+def test_registry_and_help_list_the_subcommands():
+    assert TOOLS["sockmap"].module == "ebpfkit.tools.sockmap"
+    result = CliRunner().invoke(cli, ["sockmap", "--help"])
+    assert result.exit_code == 0
+    for sub in ("enable", "disable", "status", "run", "bench"):
+        assert sub in result.output
+    enable_help = CliRunner().invoke(cli, ["sockmap", "enable", "--help"]).output
+    for opt in ("--cgroup", "--port", "--ipv6 / --no-ipv6", "--skb-verdict"):
+        assert opt in enable_help
+
+
+def test_bad_port_is_a_usage_error():
+    result = CliRunner().invoke(cli, ["sockmap", "enable", "--port", "0"])
+    assert result.exit_code == 2
+
+
+def test_status_table_rows():
+    from ebpfkit.tools.sockmap import status_table
+
+    record = {"cgroup": "/sys/fs/cgroup/unified/web", "ports": [80, 8080], "sockets": 4,
+              "msgs_redirected": 10, "bytes_redirected": 1000, "msgs_fallback": 1, "bytes_fallback": 5,
+              "add_failed": 0, "skb_verdict": True}
+    table = status_table([record])
+    row = table.to_dicts()[0]
+    assert row["ports_text"] == "80,8080" and row["verdict_text"] == "yes" and row["sockets"] == 4
+    assert "REDIR BYTES" in str(table)
