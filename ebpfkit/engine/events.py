@@ -46,13 +46,14 @@ from collections import deque
 
 from ..errors import EbpfkitError, LoadError, MapError
 from . import _libbpf as L
+from .resource import Resource
 from .constants import MapType
 
 DEFAULT_BATCH = 4096  # records per poll(): bounds one call's time and memory under a flood
 _STOP = -1  # a ring-buffer sample callback returning < 0 makes libbpf stop consuming
 
 
-class EventReader:
+class EventReader(Resource):
     """The common logic of ring and perf buffer readers: decoding, delivery to a callback or
     a batch, exception propagation, batching limits. Subclasses wrap libbpf's reader.
 
@@ -150,18 +151,6 @@ class EventReader:
     @property
     def closed(self) -> bool:
         return self._ptr is None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def __repr__(self):
         state = "closed" if self.closed else f"lost={self.lost}"

@@ -15,12 +15,13 @@ from typing import Callable
 from ..errors import AttachError, NotSupportedError, PermissionDeniedError
 from . import _libbpf as L
 from . import mounts, perf
+from .resource import Resource
 from .constants import XDP_FLAGS_DRV_MODE, XDP_FLAGS_SKB_MODE, AttachType, ProgType
 
 log = logging.getLogger("ebpfkit.engine.links")
 
 
-class Link:
+class Link(Resource):
     """One attachment of one program. ``close()`` detaches it (a pinned link stays until unpinned)."""
 
     def __init__(self, kind: str, target: str, *, ptr=None, fd: int | None = None,
@@ -69,12 +70,6 @@ class Link:
             detach, self._detach = self._detach, None
             detach()
             self._detach = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     def __repr__(self):
         pin = f" pinned at {self.pinned_at}" if self.pinned_at else ""

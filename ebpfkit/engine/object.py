@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..errors import EbpfkitError, LoadError, NotSupportedError, PermissionDeniedError, VerifierError
 from . import _libbpf as L
+from .resource import Resource
 from . import links
 from .constants import AttachType, ProgType
 from .maps import Map
@@ -236,7 +237,7 @@ class _Base:
         return Globals(ptr, self.btf, section, writable) if ptr else None
 
 
-class ObjectSpec(_Base):
+class ObjectSpec(_Base, Resource):
     """An opened object: edit ``rodata``, map sizes and autoload, then ``load()``."""
 
     def __init__(self, path: str | os.PathLike, name: str | None = None, btf_path: str | None = None):
@@ -284,12 +285,6 @@ class ObjectSpec(_Base):
             L.lib.bpf_object__close(self._obj)
             self._obj = None
 
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
     def __repr__(self):
         return f"<ObjectSpec {self.name} programs={list(self.programs)} maps={list(self.maps)}>"
 
@@ -307,7 +302,7 @@ class _NoGlobals(dict):
             self[k] = v
 
 
-class Object(_Base):
+class Object(_Base, Resource):
     """A loaded object. Use it as a context manager; ``close()`` frees everything."""
 
     def __init__(self, spec: ObjectSpec):
@@ -379,18 +374,6 @@ class Object(_Base):
     @property
     def closed(self) -> bool:
         return self._obj is None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def __repr__(self):
         state = "closed" if self.closed else f"{len(self.links)} links"
