@@ -11,14 +11,13 @@ libbpf >= 1.0 reports errors as negative return values (int functions) or NULL p
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
-import logging
 from ctypes import (
     CFUNCTYPE, POINTER, Structure, Union, c_bool, c_char, c_char_p, c_int, c_long, c_size_t,
     c_uint, c_uint8, c_uint32, c_uint64, c_ulong, c_void_p,
 )
 
 from ..errors import NotSupportedError
+from ._log import DEBUG, INFO, WARNING, get_logger
 
 MIN_VERSION = (1, 0)
 
@@ -27,12 +26,16 @@ c_u64 = c_uint64
 
 
 def _load_libbpf() -> ctypes.CDLL:
-    names = ["libbpf.so.1", ctypes.util.find_library("bpf") or "libbpf.so"]
-    last = None
-    for name in names:
+    try:
+        return ctypes.CDLL("libbpf.so.1", use_errno=True)
+    except OSError as exc:
+        last = exc
+    from ctypes.util import find_library  # spawns ldconfig: only when the usual name fails
+
+    for name in (find_library("bpf"), "libbpf.so"):
         try:
             return ctypes.CDLL(name, use_errno=True)
-        except OSError as exc:
+        except (OSError, TypeError) as exc:
             last = exc
     raise NotSupportedError(
         "libbpf", f"libbpf.so.1 could not be loaded ({last})",
@@ -379,14 +382,14 @@ _check_version()
 
 # libbpf's messages go to Python logging; WARN/INFO/DEBUG map to logger levels. They are
 # formatted with vsnprintf because the arguments arrive as a C va_list.
-_log = logging.getLogger("ebpfkit.libbpf")
-_LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG}
+_log = get_logger("ebpfkit.libbpf")
+_LEVELS = {0: WARNING, 1: INFO, 2: DEBUG}
 _print_listeners: list = []
 
 
 @print_fn_t
 def _libbpf_print(level, fmt, args):
-    pylevel = _LEVELS.get(level, logging.DEBUG)
+    pylevel = _LEVELS.get(level, DEBUG)
     if not _print_listeners and not _log.isEnabledFor(pylevel):
         return 0
     buf = ctypes.create_string_buffer(8192)
@@ -396,7 +399,7 @@ def _libbpf_print(level, fmt, args):
         listener(level, text)
     # libbpf warns loudly about things the engine reports itself (verifier logs, missing
     # features); keep them at DEBUG so a user sees them only with -v -v.
-    _log.log(logging.DEBUG if pylevel == logging.WARNING else pylevel, "%s", text)
+    _log.log(DEBUG if pylevel == WARNING else pylevel, "%s", text)
     return 0
 
 

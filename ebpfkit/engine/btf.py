@@ -7,14 +7,14 @@ remembered per (path, size, mtime, boot) so a warm start does not re-read 5+ MB 
 
 from __future__ import annotations
 
-import logging
 import os
 from pathlib import Path
 
 from ..errors import LoadError, NotSupportedError
 from . import cache
+from ._log import get_logger
 
-log = logging.getLogger("ebpfkit.engine.btf")
+log = get_logger("ebpfkit.engine.btf")
 
 KERNEL_BTF = "/sys/kernel/btf/vmlinux"
 BTF_ENV = "EBPFKIT_BTF"

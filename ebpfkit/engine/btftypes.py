@@ -19,7 +19,7 @@ import enum
 import os
 import reprlib
 import struct
-from typing import NamedTuple, Optional
+from collections import namedtuple
 
 from ..errors import LoadError, MapError
 
@@ -62,60 +62,34 @@ _CHAR_NAMES = frozenset({"char", "signed char", "unsigned char"})
 
 # --- parsed records ----------------------------------------------------------------------
 
-class Member(NamedTuple):
-    """A struct/union member. ``bit_offset`` is from the start of the parent;
-    ``bitfield_size`` is 0 for an ordinary member."""
-    name: str
-    type_id: int
-    bit_offset: int
-    bitfield_size: int = 0
+# namedtuples from collections, not typing.NamedTuple: typing costs a few ms on every start
+
+# A struct/union member. ``bit_offset`` is from the start of the parent;
+# ``bitfield_size`` is 0 for an ordinary member.
+Member = namedtuple("Member", "name type_id bit_offset bitfield_size", defaults=(0,))
+Enumerator = namedtuple("Enumerator", "name value")
+Param = namedtuple("Param", "name type_id")
+# A variable of a DATASEC: ``type_id`` is the variable's type (not the VAR record).
+Var = namedtuple("Var", "name type_id offset size")
+
+_TYPE_FIELDS = {
+    "id": None, "kind": None, "name": "", "size": 0, "type_id": 0, "kind_flag": False, "vlen": 0,
+    "encoding": 0, "bits": 0, "int_offset": 0,  # INT
+    "index_type_id": 0, "nelems": 0,  # ARRAY
+    # STRUCT / UNION / ENUM / ENUM64 / FUNC_PROTO / DATASEC
+    "members": (), "enumerators": (), "params": (),
+    "vars": (),  # DATASEC: (var_type_id, offset, size) triples
+    "linkage": 0, "component_idx": -1,  # VAR/FUNC linkage, DECL_TAG component_idx
+}
 
 
-class Enumerator(NamedTuple):
-    name: str
-    value: int
-
-
-class Param(NamedTuple):
-    name: str
-    type_id: int
-
-
-class Var(NamedTuple):
-    """A variable of a DATASEC: ``type_id`` is the variable's type (not the VAR record)."""
-    name: str
-    type_id: int
-    offset: int
-    size: int
-
-
-class Type(NamedTuple):
+class Type(namedtuple("_Type", list(_TYPE_FIELDS), defaults=list(_TYPE_FIELDS.values())[2:])):
     """One BTF type record. Fields that do not apply to ``kind`` keep their defaults.
 
     ``type_id`` is the referenced type (PTR, TYPEDEF, modifiers, FUNC, VAR, DECL_TAG,
     return type of FUNC_PROTO, element type of ARRAY)."""
-    id: int
-    kind: Kind
-    name: str = ""
-    size: int = 0
-    type_id: int = 0
-    kind_flag: bool = False
-    vlen: int = 0
-    # INT
-    encoding: int = 0
-    bits: int = 0
-    int_offset: int = 0
-    # ARRAY
-    index_type_id: int = 0
-    nelems: int = 0
-    # STRUCT / UNION / ENUM / ENUM64 / FUNC_PROTO / DATASEC
-    members: tuple = ()
-    enumerators: tuple = ()
-    params: tuple = ()
-    vars: tuple = ()  # DATASEC: (var_type_id, offset, size) triples
-    # VAR linkage, FUNC linkage (vlen), DECL_TAG component_idx
-    linkage: int = 0
-    component_idx: int = -1
+
+    __slots__ = ()
 
     @property
     def signed(self) -> bool:
@@ -139,7 +113,7 @@ class BTF:
         self._types = types  # index == type id; _types[0] is void
         self.byteorder = byteorder  # "little" or "big"
         self.endian = "<" if byteorder == "little" else ">"  # struct module prefix
-        self._by_name: Optional[dict] = None
+        self._by_name: dict | None = None
         self._codecs: dict = {}  # codec cache, see codec()
 
     def __repr__(self):
@@ -484,7 +458,7 @@ class EnumValue(int):
     """An enum value: an int that knows its enumerator ``name`` (None if unknown).
     str() gives the name, so it prints nicely."""
 
-    def __new__(cls, value: int, name: Optional[str] = None):
+    def __new__(cls, value: int, name: str | None = None):
         obj = int.__new__(cls, value)
         obj.name = name
         return obj

@@ -7,18 +7,18 @@ every header the compile read.
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import time
-from typing import NamedTuple
+from collections import namedtuple
 from pathlib import Path
 
 from ..errors import CompileError, NotSupportedError
 from . import cache
 from .btf import KernelBTF, find_kernel_btf
+from ._log import get_logger
 
-log = logging.getLogger("ebpfkit.engine.compiler")
+log = get_logger("ebpfkit.engine.compiler")
 
 CLANG_ENV = "EBPFKIT_CLANG"
 MIN_CLANG = 11  # CO-RE relocations and BTF-defined maps
@@ -43,10 +43,8 @@ _PRELUDE = """\
 """
 
 
-class Clang(NamedTuple):
-    path: str
-    version: tuple
-    text: str
+class Clang(namedtuple("_Clang", "path version text")):
+    __slots__ = ()
 
     @property
     def identity(self) -> str:
@@ -142,12 +140,10 @@ def libbpf_include_dir() -> str:
                             hint="apt-get install libbpf-dev (or set EBPFKIT_LIBBPF_INCLUDE)")
 
 
-class Source(NamedTuple):
-    """A program to compile: a file, or text with a name used in messages."""
+class Source(namedtuple("_Source", "name text path", defaults=(None,))):
+    """A program to compile: a file (``path``), or ``text`` with a ``name`` used in messages."""
 
-    name: str
-    text: bytes
-    path: Path | None = None
+    __slots__ = ()
 
     @classmethod
     def from_path(cls, path: str | os.PathLike) -> "Source":

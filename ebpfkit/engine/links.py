@@ -8,17 +8,17 @@ with the last fd. What must outlive the process is pinned under /sys/fs/bpf/ebpf
 from __future__ import annotations
 
 import ctypes
-import logging
 import os
-from typing import Callable
+from collections.abc import Callable
 
 from ..errors import AttachError, NotSupportedError, PermissionDeniedError
 from . import _libbpf as L
 from . import mounts, perf
 from .resource import Resource
 from .constants import XDP_FLAGS_DRV_MODE, XDP_FLAGS_SKB_MODE, AttachType, ProgType
+from ._log import get_logger
 
-log = logging.getLogger("ebpfkit.engine.links")
+log = get_logger("ebpfkit.engine.links")
 
 
 class Link(Resource):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ctypes
 import os
 from collections.abc import MutableMapping
-from typing import Iterator
+from collections.abc import Iterator
 
 from ..errors import MapError, NotSupportedError
 from . import _libbpf as L

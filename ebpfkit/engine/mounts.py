@@ -5,12 +5,12 @@ They are not mounted at boot on every machine; root can mount them on demand.
 
 from __future__ import annotations
 
-import logging
 import os
 
 from ..errors import NotSupportedError, PermissionDeniedError
+from ._log import get_logger
 
-log = logging.getLogger("ebpfkit.engine.mounts")
+log = get_logger("ebpfkit.engine.mounts")
 
 BPFFS = "/sys/fs/bpf"
 TRACEFS = "/sys/kernel/tracing"

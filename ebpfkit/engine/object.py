@@ -5,7 +5,6 @@ manager whose close() detaches and frees everything in reverse order)."""
 from __future__ import annotations
 
 import ctypes
-import logging
 import mmap
 import os
 import re
@@ -19,8 +18,9 @@ from .resource import Resource
 from . import links
 from .constants import AttachType, ProgType
 from .maps import Map
+from ._log import get_logger
 
-log = logging.getLogger("ebpfkit.engine.object")
+log = get_logger("ebpfkit.engine.object")
 
 LOG_BUF_SIZE = 16 << 20  # the verifier log of a failed load; anonymous memory, paged in only if used
 _INTERNAL = (".rodata", ".bss", ".data", ".kconfig")
