@@ -32,6 +32,10 @@ TOOLS: dict[str, ToolInfo] = {t.name: t for t in [
     ToolInfo("sockmap", "ebpfkit.tools.sockmap",
              "Accelerate TCP between local sockets: sockops + sk_msg redirect (enable/disable/status/bench).",
              hooks=(("sockops on a cgroup v2 + sk_msg on a SOCKHASH", ("btf", "sockops", "sk_msg")),)),
+    ToolInfo("xdp", "ebpfkit.tools.xdp",
+             "XDP packet filter (CIDR/port rules, atomic updates) and Maglev L4 load balancer.",
+             hooks=(("native XDP (driver)", ("btf", "xdp_native", "bpffs")),
+                    ("generic XDP (skb)", ("btf", "xdp_generic", "bpffs")))),
     ToolInfo("build", "ebpfkit.tools.build", "Compile every BPF program into prebuilt CO-RE objects."),
     ToolInfo("vm", "ebpfkit.tools.vm", "Boot another kernel in a VM and run a command (or tests) inside."),
 ]}

@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/* Map layouts of xdp_lb.bpf.c, shared with ebpfkit/xdp/lb.py (which packs them with
+ * struct: keep the two in step). */
+#ifndef __EK_XDP_LB_H
+#define __EK_XDP_LB_H
+
+struct lb_backend {
+	__u8 addr[16];  /* the backend's address: its identity (IPv4 in the first 4 bytes) */
+	__u8 dmac[6];   /* the backend's MAC */
+	__u8 smac[6];   /* the MAC of the interface towards it */
+	__u32 ifindex;  /* that interface: the XDP one (XDP_TX) or another (devmap redirect) */
+	__u32 weight;
+	__u32 gen;      /* bumped each time the slot gets a backend: stale flow entries differ */
+	__u8 family;    /* 4 or 6 */
+	__u8 active;    /* 0: free or being removed; flows cached on it are re-hashed */
+	__u16 _pad;
+};
+
+struct lb_flow_key {
+	__u8 src[16];
+	__u8 dst[16];
+	__u16 sport;
+	__u16 dport;
+	__u8 proto;
+	__u8 family;
+	__u16 _pad;
+};
+
+struct lb_flow_val {
+	__u32 backend; /* slot in `backends` */
+	__u32 gen;     /* the slot's gen when the flow was placed */
+};
+
+struct lb_counter {
+	__u64 packets;
+	__u64 bytes;
+};
+
+/* Slots of the per-CPU `lb_totals` array. */
+enum lb_stat {
+	LB_FORWARDED = 0,  /* to a backend: TX + REDIRECT */
+	LB_TX = 1,
+	LB_REDIRECT = 2,
+	LB_PASSED = 3,     /* not for the VIP: up the stack */
+	LB_NO_BACKEND = 4, /* for the VIP but no live backend: dropped */
+	LB_MALFORMED = 5,  /* passed */
+	LB_FLOW_HIT = 6,   /* placed by the flow cache */
+	LB_FLOW_MISS = 7,  /* placed by the Maglev table */
+	LB_MAX = 8,
+};
+
+/* Written by user space at attach time so other processes can show and reuse it. */
+struct lb_conf {
+	__u8 vip[16];
+	__u16 port;
+	__u8 proto;
+	__u8 family;
+	__u32 table_size;
+	__u32 max_backends;
+	__u32 xdp_mode; /* 0 auto, 1 native, 2 generic */
+};
+
+#endif /* __EK_XDP_LB_H */
