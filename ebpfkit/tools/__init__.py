@@ -36,6 +36,9 @@ TOOLS: dict[str, ToolInfo] = {t.name: t for t in [
              "XDP packet filter (CIDR/port rules, atomic updates) and Maglev L4 load balancer.",
              hooks=(("native XDP (driver)", ("btf", "xdp_native", "bpffs")),
                     ("generic XDP (skb)", ("btf", "xdp_generic", "bpffs")))),
+    ToolInfo("guard", "ebpfkit.tools.guard",
+             "Protect files and processes with BPF-LSM (policy, trust, audit; pinned agent).",
+             hooks=(("BPF-LSM", ("btf", "lsm", "lsm_active")),)),
     ToolInfo("build", "ebpfkit.tools.build", "Compile every BPF program into prebuilt CO-RE objects."),
     ToolInfo("vm", "ebpfkit.tools.vm", "Boot another kernel in a VM and run a command (or tests) inside."),
 ]}

@@ -1,0 +1,12 @@
+"""Policy files (YAML) with validation errors that point at the offending line.
+
+Shared by the guard (file/process protection) and, later, detection rules: the YAML node
+tree is walked directly so every error carries the line of the node that caused it.
+"""
+
+from .loader import PolicyError, load_yaml, node_line
+from .guard import (DEFAULT_DENY, OPERATIONS, GuardPolicy, ProcessRule, ProtectRule, TrustRule,
+                    load_guard_policy, parse_guard_policy)
+
+__all__ = ["PolicyError", "load_yaml", "node_line", "DEFAULT_DENY", "OPERATIONS", "GuardPolicy",
+           "ProcessRule", "ProtectRule", "TrustRule", "load_guard_policy", "parse_guard_policy"]

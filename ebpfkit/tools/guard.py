@@ -1,0 +1,212 @@
+"""guard: protect files and processes with BPF-LSM, pinned so it outlives its agent."""
+
+from __future__ import annotations
+
+
+import os
+import subprocess
+import sys
+import time
+
+import click
+
+from ..output import Output, tool_options
+
+EXAMPLES = """\b
+Examples:
+  ebpfkit guard check policy.yaml       validate only (exit 2 on errors, with the line)
+  ebpfkit guard start policy.yaml       load, pin, start the logging agent; returns
+  ebpfkit guard start --audit policy.yaml   allow everything, log what would be denied
+  ebpfkit guard status                  mode, policy, agent, denied/lost counters
+  ebpfkit guard log -f                  violations as JSON lines
+  ebpfkit guard reload policy.yaml      swap the maps, never unprotected in between
+  ebpfkit guard stop                    detach and unpin everything
+"""
+
+EXIT_POLICY, EXIT_UNSUPPORTED = 2, 3
+
+
+def _say(msg: str, *args) -> None:
+    """A command's result, on stdout (out.info is diagnostics, hidden by default)."""
+    click.echo(msg % args if args else msg)
+
+
+def _load_policy(path: str):
+    from ..policy import PolicyError, load_guard_policy
+
+    try:
+        return load_guard_policy(path)
+    except PolicyError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_POLICY)
+
+
+@click.group(epilog=EXAMPLES)
+def guard():
+    """Deny writes, unlinks, renames, links and attribute changes of protected files, and
+    signals/ptrace of protected processes, to every program that is not trusted.
+
+    Objects are keyed by (device, inode), so hardlinks, renames, bind mounts and symlinks
+    do not escape. Needs BPF-LSM (`bpf` in /sys/kernel/security/lsm)."""
+
+
+@guard.command(epilog=EXAMPLES)
+@click.argument("policy", type=click.Path())
+@tool_options
+def check(policy):
+    """Validate POLICY and show what it resolves to; nothing is loaded."""
+    from ..guard.core import resolve
+
+    out = Output.from_context()
+    parsed = _load_policy(policy)
+    protected, trusted, exe, warnings = resolve(parsed)
+    for w in warnings:
+        out.warn("%s", w)
+    record = {"valid": True, **parsed.to_dict(), "resolved": {
+        "protected": len(protected), "trusted": len(trusted), "processes": len(exe)}, "warnings": warnings}
+    if out.format == "json":
+        out.document(record)
+    else:
+        _say("%s: valid (mode %s; %d protected, %d trusted, %d processes resolved)",
+                 policy, parsed.mode, len(protected), len(trusted), len(exe))
+
+
+@guard.command(epilog=EXAMPLES)
+@click.argument("policy", type=click.Path())
+@click.option("--audit", is_flag=True, help="Allow everything; log what enforce mode would deny.")
+@click.option("--timeout", type=float, default=600.0, show_default=True,
+              help="Seconds to wait for the agent to load (compiles are slow under emulation).")
+@tool_options
+def start(policy, audit, timeout):
+    """Load and pin the guard, start the logging agent, return when protection is on."""
+    from ..guard import core
+
+    out = Output.from_context()
+    _load_policy(policy)
+    reason = core.refuse_reason()
+    if reason:
+        click.echo(f"error: guard cannot start: {reason}", err=True)
+        sys.exit(EXIT_UNSUPPORTED)
+    if core.read_state() is not None:
+        click.echo("error: the guard is already running: `ebpfkit guard reload POLICY` to change "
+                   "the policy, `ebpfkit guard stop` to remove it", err=True)
+        sys.exit(1)
+    read_fd, write_fd = os.pipe()
+    cmd = [sys.executable, "-m", "ebpfkit.guard.agent", os.path.abspath(policy), "--ready-fd", str(write_fd)]
+    if audit:
+        cmd.append("--audit")
+    os.makedirs(core.STATE_DIR, exist_ok=True)
+    with open(os.path.join(core.STATE_DIR, "agent.err"), "ab") as err:
+        proc = subprocess.Popen(cmd, pass_fds=(write_fd,), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+    os.close(write_fd)
+    message = _read_ready(read_fd, timeout)
+    if message != "ok":
+        if proc.poll() is None:
+            proc.kill()
+        core.stop()
+        click.echo(f"error: guard agent failed: {message or 'no answer'}", err=True)
+        sys.exit(1)
+    record = core.status()
+    if out.format == "json":
+        out.document(record)
+    else:
+        _say("guard %s: pinned in %s, agent pid %s, log %s", record["mode"], core.PIN_DIR,
+                 proc.pid, core.LOG_FILE)
+
+
+def _read_ready(fd: int, timeout: float) -> str:
+    import select
+
+    deadline, data = time.monotonic() + timeout, b""
+    try:
+        while b"\n" not in data and time.monotonic() < deadline:
+            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                break
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        os.close(fd)
+    return data.decode(errors="replace").strip()
+
+
+@guard.command(epilog=EXAMPLES)
+@click.argument("policy", type=click.Path())
+@tool_options
+def reload(policy):
+    """Resolve POLICY again and swap the maps in place (no unprotected window)."""
+    from ..guard import core
+
+    out = Output.from_context()
+    parsed = _load_policy(policy)
+    try:
+        warnings = core.reload(parsed, policy)
+    except core.GuardError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(exc.code)
+    for w in warnings:
+        out.warn("%s", w)
+    _say("guard policy reloaded from %s", policy)
+
+
+@guard.command(epilog=EXAMPLES)
+@tool_options
+def stop():
+    """Detach every hook, unpin everything, stop the agent."""
+    from ..guard import core
+
+    out = Output.from_context()
+    if core.stop():
+        _say("guard stopped: %s removed", core.PIN_DIR)
+    else:
+        out.warn("the guard is not running")
+
+
+@guard.command(epilog=EXAMPLES)
+@tool_options
+def status():
+    """Whether it runs, mode, policy, agent, denied/audited/lost event counts."""
+    from ..guard import core
+
+    out = Output.from_context()
+    record = core.status()
+    if out.format == "json":
+        out.document(record)
+        return
+    if record["state"] == "stopped":
+        _say("guard: not running")
+        return
+    for key, value in record.items():
+        _say("%-22s %s", key + ":", ", ".join(value) if isinstance(value, list) else value)
+
+
+@guard.command(epilog=EXAMPLES)
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines.")
+def log(follow):
+    """Print the violations log (JSON lines: time, hook, pid, comm, exe, object, operation, verdict)."""
+    from ..guard import core
+
+    try:
+        f = open(core.LOG_FILE)
+    except FileNotFoundError:
+        if not follow:
+            return
+        while not os.path.exists(core.LOG_FILE):
+            time.sleep(0.5)
+        f = open(core.LOG_FILE)
+    with f:
+        while True:
+            line = f.readline()
+            if line:
+                sys.stdout.write(line)
+                sys.stdout.flush()
+            elif follow:
+                time.sleep(0.2)
+            else:
+                return
+
+
+

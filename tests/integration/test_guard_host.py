@@ -1,0 +1,44 @@
+"""On this host `guard start` must refuse with the exact BPF-LSM reason (exit 3) and leave
+nothing pinned. The host lists bpf in /sys/kernel/security/lsm but refuses LSM programs
+(EPERM), so the reason names that; a kernel without bpf in the list gets the other one."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ebpfkit.engine import features
+from ebpfkit.guard import core
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to probe BPF-LSM")
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "ebpfkit", "guard", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.skipif(features.probe("lsm").supported and features.lsm_active().supported,
+                    reason="this kernel runs BPF-LSM programs: the VM tests cover start")
+def test_start_refuses_without_bpf_lsm(tmp_path):
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(f"protect: [{tmp_path}]\n")
+    result = run("start", str(policy))
+    assert result.returncode == 3, result.stderr
+    if features.lsm_active().supported:
+        assert "refuses LSM programs" in result.stderr and "EPERM" in result.stderr
+    else:
+        assert "/sys/kernel/security/lsm lacks 'bpf'" in result.stderr
+        assert "lsm=" in result.stderr  # how to enable it
+    assert "VM harness" in result.stderr or "lsm=" in result.stderr
+    assert not os.path.exists(core.PIN_DIR)
+    assert run("status").stdout.strip() == "guard: not running"
+
+
+def test_invalid_policy_exits_2_before_probing(tmp_path):
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("mode: loud\nprotect: [/etc]\n")
+    result = run("start", str(policy))
+    assert result.returncode == 2
+    assert f"{policy}:1: mode must be one of" in result.stderr

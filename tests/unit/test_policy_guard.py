@@ -1,0 +1,103 @@
+"""The guard policy parser: valid forms, errors with the line, fuzzing never crashes it."""
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from ebpfkit.policy import DEFAULT_DENY, OPERATIONS, PolicyError, parse_guard_policy
+
+GOOD = """\
+mode: audit
+protect:
+  - /etc/hostname
+  - path: /srv/data
+    deny: [write, read, exec]
+trust:
+  - path: /usr/sbin/backup
+    inherit: true
+  - /usr/bin/vim
+processes:
+  - /usr/sbin/sshd
+"""
+
+
+def test_full_policy():
+    p = parse_guard_policy(GOOD)
+    assert p.mode == "audit"
+    assert p.protect[0].path == "/etc/hostname" and p.protect[0].deny == DEFAULT_DENY
+    assert p.protect[1].deny == ("write", "read", "exec")
+    assert p.protect[1].mask == OPERATIONS["write"] | OPERATIONS["read"] | OPERATIONS["exec"]
+    assert p.protect[1].line == 4
+    assert [(t.path, t.inherit) for t in p.trust] == [("/usr/sbin/backup", True), ("/usr/bin/vim", False)]
+    assert [r.path for r in p.processes] == ["/usr/sbin/sshd"]
+
+
+def test_defaults_and_normalised_paths():
+    p = parse_guard_policy("protect: [/etc//x/../hostname]\n")
+    assert p.mode == "enforce" and p.protect[0].path == "/etc/hostname"
+
+
+@pytest.mark.parametrize("text, line, words", [
+    ("mode: enforce\nprotect:\n  - path: /a\n    deny: [wrte]\n", 4, "unknown operation 'wrte'"),
+    ("mode: block\nprotect: [/a]\n", 1, "mode must be one of"),
+    ("protect: [/a]\nextra: 1\n", 2, "unknown key 'extra'"),
+    ("protect:\n  - relative/path\n", 2, "absolute path"),
+    ("protect:\n  - deny: [write]\n", 2, "needs a 'path'"),
+    ("protect: [/a]\ntrust:\n  - path: /b\n    inherit: maybe\n", 4, "true or false"),
+    ("protect: /a\n", 1, "must be a list"),
+    ("protect: [/a]\nprotect: [/b]\n", 2, "duplicate key"),
+    ("protect:\n  - path: /a\n    deny: []\n", 3, "at least one"),
+    ("protect: [/a\n", 2, "invalid YAML"),
+    ("trust: [/a]\n", 1, "protects nothing"),
+    ("- /a\n", 1, "must be a mapping"),
+])
+def test_errors_point_at_the_line(text, line, words):
+    with pytest.raises(PolicyError) as exc:
+        parse_guard_policy(text, "p.yaml")
+    assert exc.value.line == line, str(exc.value)
+    assert words in str(exc.value)
+    assert str(exc.value).startswith(f"p.yaml:{line}: ")
+
+
+def test_empty_policy():
+    with pytest.raises(PolicyError, match="empty policy"):
+        parse_guard_policy("")
+
+
+_keys = st.sampled_from(["mode", "protect", "trust", "processes", "path", "deny", "inherit", "x"])
+_scalars = st.one_of(st.sampled_from(["/a", "/etc", "write", "enforce", "audit", "true", "", "~", "&a", "*a"]),
+                     st.text(max_size=12))
+_values = st.recursive(_scalars, lambda c: st.one_of(st.lists(c, max_size=4),
+                                                    st.dictionaries(_keys, c, max_size=4)), max_leaves=12)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.text(max_size=200))
+def test_fuzz_text_never_crashes(text):
+    try:
+        parse_guard_policy(text)
+    except PolicyError:
+        pass
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.dictionaries(_keys, _values, max_size=5))
+def test_fuzz_structures_never_crash(doc):
+    import yaml
+
+    try:
+        parse_guard_policy(yaml.safe_dump(doc))
+    except PolicyError:
+        pass
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.text(max_size=120))
+def test_fuzz_check_command_exits_2_or_0(tmp_path_factory, text):
+    from ebpfkit.tools.guard import guard
+
+    path = tmp_path_factory.mktemp("p") / "policy.yaml"
+    path.write_text(text)
+    result = CliRunner().invoke(guard, ["check", str(path)])
+    assert result.exit_code in (0, 2), result.output
+    assert not isinstance(result.exception, Exception) or isinstance(result.exception, SystemExit)
