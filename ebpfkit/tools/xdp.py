@@ -396,14 +396,18 @@ def filter_stats(iface, netns, interval, count):
 
     out = Output.from_context()
     with xf.open_pinned(iface, netns) as tables:
-        view = FilterStats(tables, _iface_or_none(pins, iface, netns))
-        if interval is None:
+        _show_stats(out, FilterStats(tables, _iface_or_none(pins, iface, netns)), interval, count)
+
+
+def _show_stats(out, view, interval, count):
+    """The counters once, or every INTERVAL with rates (measured from a first sample)."""
+    if interval is None:
+        view.show(out)
+        return
+    view.sample()
+    with out.live():
+        for _ in intervals(interval, count):
             view.show(out)
-            return
-        view.sample()
-        with out.live():
-            for _ in intervals(interval, count):
-                view.show(out)
 
 
 def _iface_or_none(pins, iface, netns):
@@ -611,11 +615,4 @@ def lb_stats(iface, netns, interval, count):
 
     out = Output.from_context()
     with lb.open_pinned(iface, netns) as tables:
-        view = LbStats(tables, _iface_or_none(pins, iface, netns))
-        if interval is None:
-            view.show(out)
-            return
-        view.sample()
-        with out.live():
-            for _ in intervals(interval, count):
-                view.show(out)
+        _show_stats(out, LbStats(tables, _iface_or_none(pins, iface, netns)), interval, count)
