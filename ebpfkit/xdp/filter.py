@@ -322,18 +322,8 @@ def attach(iface_name: str, rules: list[Rule] = (), config: FilterConfig = Filte
     """Load the filter with ``rules``, attach it to the interface and pin it."""
     iface = pins.lookup_iface(iface_name, netns)
     path = pins.prepare_pin_dir(iface, "filter")
-    obj = tables = None
-    try:
-        obj, tables = load_filter(rules, config)
-        obj.pin_maps(path)
-        link = pins.attach_program(obj, "xdp_filter", iface, config.mode, path, persistent)
-    except BaseException:
-        if tables is not None:
-            tables.close()
-        if obj is not None:
-            obj.close()
-        pins.remove_pin_dir(path)
-        raise
+    obj, tables, link = pins.load_and_attach(lambda: load_filter(rules, config), "xdp_filter", iface,
+                                             config.mode, path, persistent)
     return Attachment(iface, path, obj, tables, link, persistent)
 
 

@@ -469,19 +469,10 @@ def attach(iface_name: str, vip: Vip, backends: list[BackendSpec], netns: str | 
     iface = pins.lookup_iface(iface_name, netns)
     resolved = [resolve(iface, b) for b in backends]
     path = pins.prepare_pin_dir(iface, "lb")
-    obj = tables = None
-    try:
-        obj, tables = load_lb(vip, resolved, table_size, max_backends, mode=mode,
-                              xdp_ifindex=iface.ifindex, netns=netns)
-        obj.pin_maps(path)
-        link = pins.attach_program(obj, "xdp_lb", iface, mode, path, persistent)
-    except BaseException:
-        if tables is not None:
-            tables.close()
-        if obj is not None:
-            obj.close()
-        pins.remove_pin_dir(path)
-        raise
+    obj, tables, link = pins.load_and_attach(
+        lambda: load_lb(vip, resolved, table_size, max_backends, mode=mode, xdp_ifindex=iface.ifindex,
+                        netns=netns),
+        "xdp_lb", iface, mode, path, persistent)
     return Attachment(iface, path, obj, tables, link, persistent)
 
 

@@ -203,6 +203,23 @@ def pin_fd(fd: int, path: str) -> None:
 
 # --- attaching and detaching ---------------------------------------------------------------------
 
+def load_and_attach(load, prog_name: str, iface: Iface, mode: str, path: str, persistent: bool):
+    """``load()`` -> (obj, tables); pin the maps under ``path`` and attach: all or nothing."""
+    obj = tables = None
+    try:
+        obj, tables = load()
+        obj.pin_maps(path)
+        link = attach_program(obj, prog_name, iface, mode, path, persistent)
+    except BaseException:
+        if tables is not None:
+            tables.close()
+        if obj is not None:
+            obj.close()
+        remove_pin_dir(path)
+        raise
+    return obj, tables, link
+
+
 def attach_program(obj, prog_name: str, iface: Iface, mode: str, path: str, persistent: bool):
     """Attach ``obj``'s XDP program to ``iface`` (in its namespace) and pin prog (+ link)."""
     from ..net import in_netns
