@@ -17,6 +17,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 #include "xdp_parse.h"
+#include "xdp_barrier.h"
 #include "xdp_filter.h"
 
 const volatile __u8 default_deny = 0; /* 1: drop what no rule allows */
@@ -82,22 +83,6 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } set_gen SEC(".maps");
-
-/* User space only: updating an element of a map-in-map returns only after an RCU grace
- * period, i.e. after every XDP program that started before has finished. */
-struct barrier_inner {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u32);
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__array(values, struct barrier_inner);
-} barrier SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);

@@ -13,6 +13,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 #include "xdp_parse.h"
+#include "xdp_barrier.h"
 #include "xdp_lb.h"
 
 const volatile __u8 vip_addr[16] = {};
@@ -45,21 +46,6 @@ struct {
 	__type(key, __u32);
 	__type(value, __u32);
 } lb_active SEC(".maps");
-
-struct barrier_inner {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u32);
-};
-
-/* User space only: see xdp_filter.bpf.c */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__array(values, struct barrier_inner);
-} barrier SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
