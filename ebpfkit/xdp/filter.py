@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ..errors import EbpfkitError
 from . import pins
-from .rawmap import RawMap
+from .rawmap import COUNTER, RawMap, per_cpu_counter
 from .rules import TABLES, Rule, RuleError, check_rules, decode_entries, entries, table_flags
 
 PROGRAM = "xdp_filter.bpf.c"
@@ -23,7 +23,6 @@ DEFAULT_MAX_RULES = 65536
 MODES = {"auto": 0, "native": 1, "generic": 2}
 TOTALS = ("passed", "dropped", "would_drop", "matched", "malformed", "control")
 CONF = struct.Struct("<IIII")
-COUNTER = struct.Struct("<QQ")
 U32 = struct.Struct("<I")
 U64 = struct.Struct("<Q")
 _CONTROL_MAPS = ("active", "set_gen", "barrier", "filter_conf", "rule_stats", "totals")
@@ -250,21 +249,11 @@ class FilterTables:
             values = {rid: raw.get(_key(rid)) for rid in ids}
         else:
             values = {rid: stats.lookup(_key(rid)) for rid in ids}
-        return {rid: _sum_counter(stats, v) for rid, v in values.items()}
+        return {rid: per_cpu_counter(stats, v) for rid, v in values.items()}
 
     def totals(self) -> dict[str, tuple[int, int]]:
         m = self.maps["totals"]
-        return {name: _sum_counter(m, m.lookup(_key(i))) for i, name in enumerate(TOTALS)}
-
-
-def _sum_counter(m: RawMap, raw: bytes | None) -> tuple[int, int]:
-    if raw is None:
-        return 0, 0
-    pk = by = 0
-    for v in m.per_cpu_values(raw):
-        p, b = COUNTER.unpack(v)
-        pk, by = pk + p, by + b
-    return pk, by
+        return {name: per_cpu_counter(m, m.lookup(_key(i))) for i, name in enumerate(TOTALS)}
 
 
 # --- loading and attaching -----------------------------------------------------------------------

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from ..errors import EbpfkitError
 from . import maglev, pins
-from .rawmap import RawMap
+from .rawmap import COUNTER, RawMap, per_cpu_counter
 from .rules import parse_proto, proto_name
 
 PROGRAM = "xdp_lb.bpf.c"
@@ -37,7 +37,6 @@ MAP_NAMES = ("backends", "table_a", "table_b", "lb_active", "barrier", "flows", 
              "backend_stats", "lb_totals", "lb_conf")
 BACKEND = struct.Struct("<16s6s6sIIIBBH")
 CONF = struct.Struct("<16sHBBIII")
-COUNTER = struct.Struct("<QQ")
 U32 = struct.Struct("<I")
 
 
@@ -390,21 +389,11 @@ class LbTables:
 
     def backend_counters(self) -> dict[int, tuple[int, int]]:
         m = self.maps["backend_stats"]
-        return {b.slot: _sum(m, m.lookup(_key(b.slot))) for b in self.backends()}
+        return {b.slot: per_cpu_counter(m, m.lookup(_key(b.slot))) for b in self.backends()}
 
     def totals(self) -> dict[str, tuple[int, int]]:
         m = self.maps["lb_totals"]
-        return {name: _sum(m, m.lookup(_key(i))) for i, name in enumerate(TOTALS)}
-
-
-def _sum(m: RawMap, raw: bytes | None) -> tuple[int, int]:
-    if raw is None:
-        return 0, 0
-    pk = by = 0
-    for v in m.per_cpu_values(raw):
-        p, b = COUNTER.unpack(v)
-        pk, by = pk + p, by + b
-    return pk, by
+        return {name: per_cpu_counter(m, m.lookup(_key(i))) for i, name in enumerate(TOTALS)}
 
 
 # --- loading and attaching -----------------------------------------------------------------------

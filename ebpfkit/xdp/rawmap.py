@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import struct
 
 from ..engine import _libbpf as L
 from ..engine.constants import PER_CPU_MAPS, MapType
@@ -19,6 +20,9 @@ _BATCH = 4096
 
 def _round8(n: int) -> int:
     return (n + 7) & ~7
+
+
+COUNTER = struct.Struct("<QQ")  # the programs' per-CPU {packets, bytes} counters
 
 
 class RawMap:
@@ -190,3 +194,14 @@ class RawMap:
 
 class _NoBatch(Exception):
     pass
+
+
+def per_cpu_counter(m: RawMap, raw: bytes | None) -> tuple[int, int]:
+    """(packets, bytes) summed over CPUs from a per-CPU {u64 packets; u64 bytes} value."""
+    if raw is None:
+        return 0, 0
+    pk = by = 0
+    for v in m.per_cpu_values(raw):
+        p, b = COUNTER.unpack(v)
+        pk, by = pk + p, by + b
+    return pk, by
