@@ -1,8 +1,8 @@
 """Start-up benchmark: spawn -> everything attached, and the started process's peak RSS.
 
 Two programs (an openat counter, a runqlat-style scheduler histogram), each started four
-ways: ebpfkit warm (object cache hit), ebpfkit cold (empty cache: vmlinux.h, precompiled
-header and clang compile all happen), BCC (BPF(text=...)) and bpftrace. Medians of --runs
+ways: ebpfkit warm (object cache hit), ebpfkit cold (empty cache: the kernel type index, a slim
+vmlinux.h and the clang compile all happen), BCC (BPF(text=...)) and bpftrace. Medians of --runs
 runs, as ratios against BCC and bpftrace, with the project's targets.
 
     python benchmarks/startup.py [--runs 5] [--programs opencount,runqlat]

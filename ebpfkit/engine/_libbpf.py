@@ -295,6 +295,7 @@ _PROTOTYPES = {
     "btf__parse": (P, [c_char_p, c_void_p]),
     "btf__free": (None, [P]),
     "btf__type_cnt": (c_u32, [P]),
+    "btf__type_by_id": (c_void_p, [P, c_u32]),
     "btf__raw_data": (c_void_p, [P, POINTER(c_u32)]),
     "btf__find_by_name_kind": (c_int, [P, c_char_p, c_u32]),
     "btf__fd": (c_int, [P]),

@@ -74,7 +74,7 @@ def find_kernel_btf(path: str | None = None) -> KernelBTF:
 
     $EBPFKIT_COMPILE_BTF names a BTF used only for compiling (its vmlinux.h), while CO-RE
     still relocates against the running kernel: a VM guest reuses the host's cached
-    vmlinux.h, precompiled header and objects that way instead of compiling under emulation.
+    type index, headers and objects that way instead of compiling under emulation.
     """
     chosen = path or os.environ.get(BTF_ENV)
     custom = bool(chosen)
@@ -107,10 +107,24 @@ def generate_vmlinux_h(btf_path: str, target: Path) -> None:
     btf = L.lib.btf__parse(os.fsencode(btf_path), None)
     if not btf:
         raise LoadError(f"cannot parse BTF from {btf_path}: {L.strerror(L.errno())}")
+    try:
+        dump_types(btf, btf_path, target, range(1, L.lib.btf__type_cnt(btf)))
+    finally:
+        L.lib.btf__free(btf)
+    log.info("generated %s from %s", target, btf_path)
+
+
+def dump_types(btf, btf_path: str, target: Path, type_ids) -> None:
+    """Write ``type_ids`` of the libbpf ``btf`` as C into ``target`` (atomically).
+
+    btf_dump adds what each type needs: full definitions of types embedded by value,
+    forward declarations of types only pointed to.
+    """
+    from . import _libbpf as L
+
     tmp = target.with_name(f".{target.name}.{os.getpid()}")
     fp = L.libc.fopen(os.fsencode(tmp), b"w")
     if not fp:
-        L.lib.btf__free(btf)
         raise LoadError(f"cannot write {tmp}: {os.strerror(L.errno())}")
     dump = None
     try:
@@ -118,7 +132,7 @@ def generate_vmlinux_h(btf_path: str, target: Path) -> None:
         dump = L.lib.btf_dump__new(btf, L.VFPRINTF_ADDR, fp, None)
         if not dump:
             raise LoadError(f"libbpf could not dump BTF: {L.strerror(L.errno())}")
-        for type_id in range(1, L.lib.btf__type_cnt(btf)):
+        for type_id in type_ids:
             err = L.lib.btf_dump__dump_type(dump, type_id)
             if err:
                 raise LoadError(f"dumping BTF type {type_id} failed: {L.strerror(err)}")
@@ -127,7 +141,4 @@ def generate_vmlinux_h(btf_path: str, target: Path) -> None:
         if dump:
             L.lib.btf_dump__free(dump)
         L.libc.fclose(fp)
-        L.lib.btf__free(btf)
     os.replace(tmp, target)
-    log.info("generated %s from %s", target, btf_path)
-

@@ -162,22 +162,28 @@ class Source(namedtuple("_Source", "name text path", defaults=(None,))):
 
 
 class Compiler:
-    """Compiles Sources for one kernel BTF with one clang and extra cflags."""
+    """Compiles Sources for one kernel BTF with one clang and extra cflags.
+
+    Each program is compiled against a slim vmlinux.h holding only the kernel types it
+    names (see slimheader); if that falls short, against the full vmlinux.h through a
+    precompiled header.
+    """
 
     def __init__(self, btf: KernelBTF | None = None, clang: Clang | None = _FIND, cflags=(),
-                 use_pch: bool = True):
+                 use_pch: bool = True, slim: bool = True):
         self.btf = btf or find_kernel_btf()
         self.clang = find_clang() if clang is _FIND else clang
         self.cflags = tuple(cflags)
         self.use_pch = use_pch
+        self.slim = slim
 
     def base_flags(self) -> list[str]:
+        """Flags for every compile; the directory holding vmlinux.h comes first, added per compile."""
         arch = _ARCH.get(_MACHINE, _MACHINE)
         return ["-target", "bpf", "-g", "-O2", f"-D__TARGET_ARCH_{arch}", "-D__EBPFKIT__",
                 "-fno-color-diagnostics", "-Wno-unused-command-line-argument",
                 "-Wno-compare-distinct-pointer-types", "-Wno-address-of-packed-member",
-                f"-I{self.btf.vmlinux_h().parent}", f"-I{INCLUDE_DIR}", f"-I{PROGRAMS_DIR}",
-                f"-idirafter{libbpf_include_dir()}", *self.cflags]
+                f"-I{INCLUDE_DIR}", f"-I{PROGRAMS_DIR}", f"-idirafter{libbpf_include_dir()}", *self.cflags]
 
     def key(self, source: Source) -> str:
         clang_id = self.clang.identity if self.clang else "no-clang"
@@ -202,64 +208,91 @@ class Compiler:
                                     hint=f"apt-get install clang (or set {CLANG_ENV}), or run `ebpfkit build` "
                                          "where clang exists to ship prebuilt objects")
         started = time.monotonic()
-        deps = self._run_clang(source, obj)
+        with _Job(source, obj) as job:
+            deps = self._build(job)
         cache.write_record(manifest, {"deps": deps})
         log.info("compiled %s in %.2fs", source.name, time.monotonic() - started)
         return obj
 
     # -- internals --
 
-    def _run_clang(self, source: Source, obj: Path) -> dict:
+    def _build(self, job: "_Job") -> dict:
+        flags = self.base_flags()
+        # the source's own directory comes last: the precompiled header's key stays per kernel
+        local = [f"-I{job.source.path.parent}"] if job.source.path is not None else []
+        if self.slim:
+            deps = self._build_slim(job, flags + local)
+            if deps is not None:
+                return deps
+        return self._build_full(job, flags, local)
+
+    def _clang(self, job: "_Job", header_flags: list, flags: list):
         import subprocess
 
-        work = cache.subdir("work")
-        if source.path is None:
-            # a directory of its own keeps the user's file name in the BTF line info that
-            # verifier logs quote ("@ name.bpf.c:12", not "@ 1234-name.bpf.c:12")
-            src_file = work / str(os.getpid()) / source.name
-            src_file.parent.mkdir(exist_ok=True)
-            src_file.write_bytes(source.text)
-        else:
-            src_file = source.path
-        depfile = work / f"{os.getpid()}-{obj.stem}.d"
-        tmp_obj = obj.with_name(f".{obj.name}.{os.getpid()}")
-        flags = self.base_flags()
+        cmd = [self.clang.path, *header_flags, *flags, "-MD", "-MF", str(job.depfile), "-c",
+               str(job.src_file), "-o", str(job.tmp_obj)]
+        return subprocess.run(cmd, capture_output=True, text=True, check=False)
+
+    def _build_slim(self, job: "_Job", flags: list) -> dict | None:
+        """Compile against the program's slim vmlinux.h; None when the full one is needed."""
+        import subprocess
+
+        from . import slimheader
+
+        # preprocess (clang, in the background) while the kernel's types are read
+        cpp = subprocess.Popen([self.clang.path, *slimheader.stub_flags(), *flags, "-E", "-P",
+                                str(job.src_file)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        try:
+            types = slimheader.KernelTypes(self.btf)
+        except (OSError, ValueError) as exc:
+            cpp.kill()
+            cpp.wait()
+            log.info("no slim vmlinux.h (%s); using the full one", exc)
+            return None
+        with types:
+            text, _ = cpp.communicate()
+            if cpp.returncode != 0:
+                return None  # the full compile reports the error properly
+            names = slimheader.identifiers(text)
+            header = job.slim_dir / "vmlinux.h"
+            for _ in range(3):
+                type_ids = slimheader.select(types, names)
+                types.write(header, type_ids)
+                out = self._clang(job, [f"-I{job.slim_dir}"], flags)
+                if out.returncode == 0:
+                    log.info("%s: slim vmlinux.h with %d of %d kernel types", job.source.name,
+                             len(type_ids), types.count())
+                    job.commit()
+                    return _read_depfile(job.depfile, exclude={str(job.src_file), str(header)})
+                more = {n for n in slimheader.missing_names(out.stderr) if types.ids(n)} - names
+                if not more:
+                    break
+                log.debug("slim vmlinux.h lacked %s; adding them", ", ".join(sorted(more)))
+                names |= more
+        log.info("%s: the slim vmlinux.h fell short; compiling against the full one", job.source.name)
+        return None
+
+    def _build_full(self, job: "_Job", flags: list, local: list) -> dict:
+        header_flags = [f"-I{self.btf.vmlinux_h().parent}"]
         # The precompiled header pays off from the second program on; on a cold start
         # (vmlinux.h just generated) building it would double the first compile's time.
-        pch = self._pch(flags) if self.use_pch and not self.btf.generated_now else None
-        if source.path is not None:
-            flags.append(f"-I{source.path.parent}")  # after the PCH: its key stays per kernel
-        pch_deps: dict = {}
-        try:
-            for attempt in ("pch", "plain") if pch else ("plain",):
-                cmd = [self.clang.path, *flags, "-MD", "-MF", str(depfile), "-c", str(src_file),
-                       "-o", str(tmp_obj)]
-                if attempt == "pch":
-                    cmd[1:1] = ["-include-pch", str(pch[0])]
-                out = subprocess.run(cmd, capture_output=True, text=True, check=False)
-                if out.returncode == 0:
-                    if attempt == "pch":
-                        pch_deps = pch[1]
-                    break
-                if attempt == "pch" and "precompiled header" in out.stderr:
-                    log.info("precompiled header is stale; compiling without it")
-                    continue
-                raise _compile_error(source, src_file, out.stderr)
-            os.replace(tmp_obj, obj)
-            deps = _read_depfile(depfile, exclude={str(src_file)})
-        finally:
-            for p in (depfile, tmp_obj) + ((src_file,) if source.path is None else ()):
-                try:
-                    os.unlink(p)
-                except FileNotFoundError:
-                    pass
-            if source.path is None:
-                try:
-                    src_file.parent.rmdir()
-                except OSError:
-                    pass
-        deps.update(pch_deps)
-        return deps
+        pch = self._pch(header_flags + flags) if self.use_pch and not self.btf.generated_now else None
+        flags = flags + local
+        if pch:
+            out = self._clang(job, ["-include-pch", str(pch[0]), *header_flags], flags)
+            if out.returncode == 0:
+                job.commit()
+                deps = _read_depfile(job.depfile, exclude={str(job.src_file)})
+                deps.update(pch[1])
+                return deps
+            if "precompiled header" not in out.stderr:
+                raise _compile_error(job.source, job.src_file, out.stderr)
+            log.info("precompiled header is stale; compiling without it")
+        out = self._clang(job, header_flags, flags)
+        if out.returncode != 0:
+            raise _compile_error(job.source, job.src_file, out.stderr)
+        job.commit()
+        return _read_depfile(job.depfile, exclude={str(job.src_file)})
 
     def _pch(self, flags: list[str]):
         """(path, deps) of the precompiled prelude for these flags, built on first use."""
@@ -285,6 +318,43 @@ class Compiler:
         depfile.unlink()
         cache.write_record(manifest, {"deps": deps})
         return pch, deps
+
+
+class _Job:
+    """One compile's files: the source on disk, a private work directory, the depfile and
+    the object written under a temporary name until it is complete."""
+
+    def __init__(self, source: Source, obj: Path):
+        self.source, self.obj = source, obj
+        self.work_dir = cache.subdir("work") / f"{os.getpid()}-{obj.stem[:16]}"
+        # not work_dir itself: a text source there would find it by #include "vmlinux.h"
+        # even when compiling against the full header
+        self.slim_dir = self.work_dir / "slim"
+
+    def __enter__(self):
+        self.slim_dir.mkdir(parents=True, exist_ok=True)
+        if self.source.path is None:
+            # the user's file name stays in the BTF line info that verifier logs quote
+            # ("@ name.bpf.c:12", not "@ 1234-name.bpf.c:12")
+            self.src_file = self.work_dir / self.source.name
+            self.src_file.write_bytes(self.source.text)
+        else:
+            self.src_file = self.source.path
+        self.depfile = self.work_dir / "deps.d"
+        self.tmp_obj = self.obj.with_name(f".{self.obj.name}.{os.getpid()}")
+        return self
+
+    def commit(self) -> None:
+        os.replace(self.tmp_obj, self.obj)
+
+    def __exit__(self, *exc):
+        import shutil
+
+        shutil.rmtree(self.work_dir, ignore_errors=True)
+        try:
+            os.unlink(self.tmp_obj)
+        except FileNotFoundError:
+            pass
 
 
 def _read_depfile(path: Path, exclude: set) -> dict:

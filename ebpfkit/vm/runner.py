@@ -194,7 +194,7 @@ def _share_engine_cache(rundir: str) -> dict[str, str]:
     """Environment that makes the guest's engine reuse the host's compile cache.
 
     The guest compiles against a copy of the host's BTF (EBPFKIT_COMPILE_BTF), so its
-    vmlinux.h, precompiled header and objects are the ones already in the host's cache
+    type index, headers and objects are the ones already in the host's cache
     (mounted at the same path, writable through an overlay); CO-RE relocates against the
     guest kernel at load time. Clang under emulation is ~10x slower: this saves minutes.
     """
@@ -217,7 +217,7 @@ def _share_engine_cache(rundir: str) -> dict[str, str]:
 
 
 def _warm_host_cache() -> dict[str, str]:
-    """Compile a trivial program on the host so vmlinux.h and the precompiled header exist
+    """Compile a trivial program on the host so the kernel type index exists
     before the guest needs them (a no-op once cached); name the clang it used, which spares
     the guest a search of every PATH directory."""
     try:

@@ -1,0 +1,236 @@
+"""The part of vmlinux.h one program uses.
+
+clang spends ~0.35 s parsing the whole kernel's vmlinux.h (120k+ types) for every compile,
+however small the program. A program can only use kernel types it names, or reaches
+through a member it names, so the engine writes a per-program header with just those
+types (and everything they embed, which libbpf's btf_dump adds on its own) and clang
+parses it in milliseconds.
+
+Every identifier of the preprocessed program (preprocessed with an empty vmlinux.h, so
+macros from libbpf's headers are expanded) is looked up in an index of the kernel's type
+and enumerator names. Struct members the program names that point to other structs pull
+those in too (``BPF_CORE_READ(file, f_path.dentry, d_name)`` never spells ``dentry``'s
+struct). The result is a subset of vmlinux.h, so it can only miss a declaration, never
+change one; the compiler retries with what clang reports missing, then with the full header.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+from pathlib import Path
+
+from . import cache
+from .btf import KernelBTF
+from ._log import get_logger
+
+log = get_logger("ebpfkit.engine.slimheader")
+
+INDEX_FORMAT = "1"
+
+# BTF kinds (Documentation/bpf/btf.rst); plain ints, not btftypes.Kind: the walk is a hot loop
+_PTR, _ARRAY, _STRUCT, _UNION, _ENUM, _TYPEDEF, _ENUM64 = 2, 3, 4, 5, 6, 8, 19
+_SEE_THROUGH = frozenset({_TYPEDEF, 9, 10, 11, 18})  # typedef, volatile, const, restrict, type_tag
+
+
+def _record_tables():
+    """Per top byte of a record's info word (kind and kind_flag): its length in words as
+    ``fixed + per_member * vlen``, and whether it is a kind a program can spell by name."""
+    extra = {1: 1, 3: 3, 14: 1, 17: 1}  # INT, ARRAY, VAR, DECL_TAG
+    per_member = {_STRUCT: 3, _UNION: 3, _ENUM: 2, 13: 2, 15: 3, _ENUM64: 3}  # ..., FUNC_PROTO, DATASEC
+    fixed = [3 + extra.get(top & 0x1F, 0) for top in range(256)]
+    per = [per_member.get(top & 0x1F, 0) for top in range(256)]
+    named = frozenset(top for top in range(256) if top & 0x1F in (_STRUCT, _UNION, _ENUM, _TYPEDEF, _ENUM64))
+    return fixed, per, named
+
+
+_FIXED, _PER, _NAMED = _record_tables()
+
+_IDENT = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
+# what clang says when the slim header lacked something
+_MISSING = re.compile(r"(?:unknown type name|undeclared identifier|incomplete type|incomplete definition)[^\n]*")
+_QUOTED = re.compile(r"'(?:(?:struct|union|enum) )?([A-Za-z_]\w*)")
+
+
+class KernelTypes:
+    """The kernel BTF parsed once by libbpf: read in place (no copy) to find and select
+    types, and handed to btf_dump to write the slim header. A context manager: the BTF
+    is freed on exit.
+
+    The name index (type and enumerator names -> type ids) takes one walk over 120k+
+    records, ~0.07 s in Python for a distribution kernel, so it is cached per BTF content hash.
+    """
+
+    def __init__(self, btf: KernelBTF):
+        import ctypes
+
+        from . import _libbpf as L
+
+        self.btf = btf
+        self._ptr = L.lib.btf__parse(os.fsencode(btf.path), None)
+        if not self._ptr:
+            raise OSError(L.errno(), f"libbpf cannot parse {btf.path}")
+        size = ctypes.c_uint32()
+        base = L.lib.btf__raw_data(self._ptr, ctypes.byref(size))
+        raw = memoryview((ctypes.c_char * size.value).from_address(base)).cast("B")
+        magic, _version, _flags, hdr_len, type_off, type_len, str_off, str_len = \
+            struct.unpack_from("=HBBIIIII", raw)
+        if magic != 0xEB9F:
+            self.close()
+            raise ValueError("BTF in the other byte order")
+        self.words = raw[hdr_len + type_off:hdr_len + type_off + type_len].cast("I")
+        self._types_at = base + hdr_len + type_off
+        self._strings_at, self._strings_len = base + hdr_len + str_off, str_len
+        self.names = self._index()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self) -> None:
+        from . import _libbpf as L
+
+        if self._ptr:
+            self.words = None
+            L.lib.btf__free(self._ptr)
+            self._ptr = None
+
+    def _index(self) -> dict:
+        import ctypes
+
+        path = cache.subdir(f"btf/{self.btf.digest}") / "names.rec"
+        record = cache.read_record(path)
+        if record and record.get("format") == INDEX_FORMAT:
+            return record["names"]
+        names = _walk(self.words, ctypes.string_at(self._strings_at, self._strings_len))
+        cache.write_record(path, {"format": INDEX_FORMAT, "names": names})
+        return names
+
+    def ids(self, name: str) -> tuple:
+        found = self.names.get(name)
+        if found is None:
+            return ()
+        return found if isinstance(found, tuple) else (found,)
+
+    def count(self) -> int:
+        from . import _libbpf as L
+
+        return L.lib.btf__type_cnt(self._ptr) - 1
+
+    # -- records --
+
+    def _at(self, type_id: int) -> int:
+        """Word offset of a type's record (libbpf keeps the table of record offsets)."""
+        from . import _libbpf as L
+
+        return (L.lib.btf__type_by_id(self._ptr, type_id) - self._types_at) >> 2
+
+    def kind(self, type_id: int) -> int:
+        return (self.words[self._at(type_id) + 1] >> 24) & 0x1F
+
+    def ref(self, type_id: int) -> int:
+        """The type a PTR/TYPEDEF/modifier/ARRAY refers to."""
+        at = self._at(type_id)
+        kind = (self.words[at + 1] >> 24) & 0x1F
+        return self.words[at + 3] if kind == _ARRAY else self.words[at + 2]
+
+    def members(self, type_id: int):
+        """(name, type id) of a struct's or union's members."""
+        import ctypes
+
+        w, at = self.words, self._at(type_id)
+        for i in range(w[at + 1] & 0xFFFF):
+            m = at + 3 + 3 * i
+            yield (ctypes.string_at(self._strings_at + w[m]).decode() if w[m] else ""), w[m + 1]
+
+    def see_through(self, type_id: int) -> int:
+        while type_id and self.kind(type_id) in _SEE_THROUGH:
+            type_id = self.ref(type_id)
+        return type_id
+
+    def write(self, target: Path, type_ids) -> None:
+        from .btf import dump_types
+
+        dump_types(self._ptr, self.btf.path, target, sorted(type_ids))
+
+
+def _walk(w, strings: bytes) -> dict:
+    """One pass over every type record: names of the kinds a program can spell (and of
+    enumerators, which stand for their enum) -> type id, or a tuple of ids."""
+    fixed, per, named = _FIXED, _PER, _NAMED
+    by_off: dict = {}  # name offset -> id or [ids]; decoded to names once, at the end
+    get = by_off.get
+    i, n, type_id = 0, len(w), 0
+    while i < n:
+        type_id += 1
+        info = w[i + 1]
+        top = info >> 24
+        if top in named:
+            kind = top & 0x1F
+            offs = (w[i],)
+            if kind == _ENUM:
+                offs += tuple(w[i + 3:i + 3 + 2 * (info & 0xFFFF):2])
+            elif kind == _ENUM64:
+                offs += tuple(w[i + 3:i + 3 + 3 * (info & 0xFFFF):3])
+            for off in offs:
+                if off:
+                    old = get(off)
+                    by_off[off] = type_id if old is None else (
+                        old + [type_id] if isinstance(old, list) else [old, type_id])
+        i += fixed[top] + per[top] * (info & 0xFFFF)
+    return {strings[off:strings.index(b"\0", off)].decode(): tuple(ids) if isinstance(ids, list) else ids
+            for off, ids in by_off.items()}
+
+
+def identifiers(preprocessed: bytes) -> set:
+    return {m.decode() for m in set(_IDENT.findall(preprocessed))}
+
+
+def select(index: KernelTypes, names: set) -> set:
+    """Ids of the kernel types ``names`` spell, plus structs reached through named members."""
+    chosen: set = set()
+    for name in names:
+        chosen.update(index.ids(name))
+    # members the program names (task->mm, file->f_path.dentry) may lead to structs it
+    # never spells: walk records it uses, following named members (and anonymous ones,
+    # which are inline), and take the struct each named pointer member points to
+    todo = [t for t in chosen if index.kind(t) in (_STRUCT, _UNION, _TYPEDEF)]
+    seen = set()
+    while todo:
+        type_id = index.see_through(todo.pop())
+        if type_id in seen or index.kind(type_id) not in (_STRUCT, _UNION):
+            continue
+        seen.add(type_id)
+        for name, member_type in index.members(type_id):
+            if name and name not in names:
+                continue
+            target = index.see_through(member_type)
+            while target and index.kind(target) == _ARRAY:
+                target = index.see_through(index.ref(target))
+            if target and index.kind(target) == _PTR:
+                target = index.see_through(index.ref(target))
+                if target and index.kind(target) in (_STRUCT, _UNION):
+                    chosen.add(target)
+            if target and index.kind(target) in (_STRUCT, _UNION):
+                todo.append(target)
+    return chosen
+
+
+def missing_names(stderr: str) -> set:
+    """Names clang reported as unknown, undeclared or incomplete."""
+    found = set()
+    for line in _MISSING.findall(stderr):
+        found.update(_QUOTED.findall(line))
+    return found
+
+
+def stub_flags() -> list[str]:
+    """Flags that make ``#include "vmlinux.h"`` find an empty file while preprocessing."""
+    stub_dir = cache.subdir("stub")
+    stub = stub_dir / "vmlinux.h"
+    if not stub.exists():
+        cache.atomic_write(stub, b"/* empty: programs are preprocessed against it to see what they name */\n")
+    return [f"-I{stub_dir}"]

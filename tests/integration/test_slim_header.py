@@ -1,0 +1,129 @@
+"""The per-program slim vmlinux.h: same code as the full header, found types work, and the
+two ways out when it falls short (retry with what clang names, then the full header)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import struct
+
+import pytest
+
+import ebpfkit.engine as engine
+from ebpfkit.engine import slimheader
+from ebpfkit.engine.btf import find_kernel_btf
+from ebpfkit.engine.compiler import PROGRAMS_DIR, Compiler, Source
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(os.geteuid() != 0, reason="loads BPF programs: needs root"),
+]
+
+# nsproxy and uts_namespace are never spelled: they are reached through members the
+# program names (task->nsproxy->uts_ns->name.nodename)
+NODENAME = """\
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+const volatile int targ_tgid = 0;
+char nodename[65] = {};
+SEC("tp/syscalls/sys_enter_getppid")
+int read_nodename(void *ctx)
+{
+    struct task_struct *task = (void *)bpf_get_current_task();
+    if ((bpf_get_current_pid_tgid() >> 32) != targ_tgid)
+        return 0;
+    BPF_CORE_READ_STR_INTO(&nodename, task, nsproxy, uts_ns, name.nodename);
+    return 0;
+}
+char LICENSE[] SEC("license") = "GPL";
+"""
+
+
+@pytest.fixture
+def messages(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("EBPFKIT_CACHE_DIR", str(tmp_path / "cache"))
+    caplog.set_level(logging.DEBUG, logger="ebpfkit.engine.compiler")
+    return lambda: [r.getMessage() for r in caplog.records]
+
+
+def nodename_seen_by(spec) -> str:
+    with spec.load({"targ_tgid": os.getpid()}) as obj:
+        obj.attach()
+        os.getppid()
+        return obj.bss["nodename"]
+
+
+def test_types_reached_only_through_members_are_in_the_slim_header(messages):
+    spec = engine.compile(text=NODENAME, name="nodename.bpf.c")
+    assert any("nodename.bpf.c: slim vmlinux.h with" in m for m in messages()), messages()
+    assert not any("fell short" in m for m in messages())
+    assert nodename_seen_by(spec) == socket.gethostname()
+
+
+def test_a_type_clang_reports_missing_is_added_and_compiled_again(messages, monkeypatch):
+    real = slimheader.identifiers
+    # as if the program had not named the member: clang then reports struct nsproxy incomplete
+    monkeypatch.setattr(slimheader, "identifiers", lambda text: real(text) - {"nsproxy"})
+    spec = engine.compile(text=NODENAME, name="nodename.bpf.c")
+    log = messages()
+    assert any("lacked nsproxy" in m for m in log), log
+    assert any("nodename.bpf.c: slim vmlinux.h with" in m for m in log), log
+    assert nodename_seen_by(spec) == socket.gethostname()
+
+
+def test_the_full_header_is_the_last_resort(messages, monkeypatch):
+    real = slimheader.identifiers
+    monkeypatch.setattr(slimheader, "identifiers", lambda text: real(text) - {"nsproxy"})
+    monkeypatch.setattr(slimheader, "missing_names", lambda stderr: set())
+    spec = engine.compile(text=NODENAME, name="nodename.bpf.c")
+    assert any("nodename.bpf.c: the slim vmlinux.h fell short" in m for m in messages()), messages()
+    assert nodename_seen_by(spec) == socket.gethostname()
+
+
+def elf_sections(path) -> dict:
+    """{name: bytes} of a little-endian ELF64 object's sections."""
+    data = open(path, "rb").read()
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    headers = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    names = headers[shstrndx]
+    out = {}
+    for name_off, sh_type, _f, _a, offset, size, *_ in headers[1:]:
+        start = names[4] + name_off
+        name = data[start:data.index(b"\0", start)].decode()
+        out[name] = b"" if sh_type == 8 else data[offset:offset + size]  # SHT_NOBITS: no bytes
+    return out
+
+
+SHIPPED = sorted(p.name for p in PROGRAMS_DIR.glob("*.bpf.c"))
+
+
+@pytest.mark.parametrize("program", SHIPPED)
+def test_slim_and_full_headers_give_the_same_code(program, tmp_path, monkeypatch):
+    """Every shipped program: instructions, maps, relocations and symbols are identical;
+    only the BTF differs (structs the program merely points to stay forward declarations)."""
+    monkeypatch.setenv("EBPFKIT_CACHE_DIR", str(tmp_path / "cache"))
+    btf = find_kernel_btf()
+    source = Source.from_path(PROGRAMS_DIR / program)
+    slim = elf_sections(Compiler(btf=btf, slim=True).compile(source))
+    monkeypatch.setenv("EBPFKIT_CACHE_DIR", str(tmp_path / "cache-full"))
+    full = elf_sections(Compiler(btf=btf, slim=False).compile(source))
+    skip = lambda name: "BTF" in name or "debug" in name  # noqa: E731
+    assert sorted(n for n in slim if not skip(n)) == sorted(n for n in full if not skip(n))
+    differ = [n for n in slim if not skip(n) and slim[n] != full[n]]
+    assert not differ, f"{program}: sections differ: {differ}"
+    assert len(slim[".BTF"]) <= len(full[".BTF"])
+
+
+def test_missing_names_reads_clang_diagnostics():
+    stderr = "\n".join([
+        "a.c:3:5: error: unknown type name 'u32'",
+        "a.c:4:9: error: use of undeclared identifier 'BPF_NOEXIST'",
+        "a.c:5:20: error: incomplete definition of type 'struct mm_struct'",
+        "a.c:6:1: error: invalid application of 'sizeof' to an incomplete type 'struct file'",
+        "a.c:7:1: error: expected ';' after expression",
+    ])
+    assert slimheader.missing_names(stderr) >= {"u32", "BPF_NOEXIST", "mm_struct", "file"}
+    assert "expected" not in slimheader.missing_names(stderr)
