@@ -43,12 +43,23 @@ _PRELUDE = """\
 """
 
 
-class Clang(namedtuple("_Clang", "path version text")):
+class Clang(namedtuple("_Clang", "path major stamp")):
+    """A clang binary: its major version, and a stamp (size, mtime) that changes when it is
+    replaced, which keys the object cache without running ``clang --version`` on a start."""
+
     __slots__ = ()
 
     @property
     def identity(self) -> str:
-        return f"{self.path}|{self.text}"
+        return f"{self.path}|{self.stamp}"
+
+    def version_text(self) -> str:
+        """The first line of ``clang --version`` (run once per binary, then remembered)."""
+        return _version_text(self.path, self.stamp)
+
+    def version(self) -> tuple:
+        m = re.search(r"version (\d+)\.(\d+)\.(\d+)", self.version_text())
+        return tuple(int(x) for x in m.groups()) if m else (self.major, 0, 0)
 
 
 def _search_dirs() -> list[str]:
@@ -75,11 +86,24 @@ def _clang_candidates(dirs: list[str]) -> list[str]:
 _CLANG_NAME = re.compile(r"clang(-\d+)?")
 
 
+# Debian/Ubuntu install clang as /usr/lib/llvm-N/bin/clang, Fedora as clang-N
+_VERSIONED_PATH = re.compile(r"/llvm-(\d+)/|/clang-(\d+)$")
+
+
 def _clang_version(path: str) -> Clang:
+    st = os.stat(path)
+    stamp = f"{st.st_size}|{st.st_mtime_ns}"  # no inode: a VM's 9p view renumbers them
+    m = _VERSIONED_PATH.search(path)
+    if m:
+        return Clang(path, int(m[1] or m[2]), stamp)
+    m = re.search(r"version (\d+)\.", _version_text(path, stamp))
+    return Clang(path, int(m[1]) if m else 0, stamp)
+
+
+def _version_text(path: str, stamp: str) -> str:
     memo_path = cache.subdir("clang") / "versions.rec"
     memo = cache.read_record(memo_path) or {}
-    st = os.stat(path)
-    ident = f"{path}|{st.st_size}|{st.st_mtime_ns}"  # no inode: a VM's 9p view renumbers them
+    ident = f"{path}|{stamp}"
     text = memo.get(ident)
     if text is None:
         import subprocess
@@ -88,9 +112,7 @@ def _clang_version(path: str) -> Clang:
         text = out.stdout.splitlines()[0] if out.stdout else ""
         memo[ident] = text
         cache.write_record(memo_path, memo)
-    m = re.search(r"version (\d+)\.(\d+)\.(\d+)", text)
-    version = tuple(int(x) for x in m.groups()) if m else (0, 0, 0)
-    return Clang(path, version, text)
+    return text
 
 
 def find_clang(path: str | None = None) -> Clang | None:
@@ -118,7 +140,7 @@ def find_clang(path: str | None = None) -> Clang | None:
     best = None
     for candidate in _clang_candidates(dirs):
         clang = _clang_version(candidate)
-        if clang.version[0] >= MIN_CLANG and (best is None or clang.version > best.version):
+        if clang.major >= MIN_CLANG and (best is None or clang.major > best.major):
             best = clang
     cache.write_record(memo_path, {"ident": ident, "path": best.path if best else None})
     return best

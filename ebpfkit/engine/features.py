@@ -463,9 +463,9 @@ def _probe_clang(name, lbl):
         return Probe(name, lbl, UNSUPPORTED, str(exc))
     if clang is None:
         return Probe(name, lbl, UNSUPPORTED, f"no clang >= {MIN_CLANG} found on PATH")
-    version = ".".join(map(str, clang.version))
+    version = ".".join(map(str, clang.version()))
     return Probe(name, lbl, SUPPORTED, f"clang {version} at {clang.path}", value=version,
-                 detail=clang.text)
+                 detail=clang.version_text())
 
 
 def _python_imports_bcc(python: str) -> str | None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 import struct
+import sys
 from pathlib import Path
 
 from . import cache
@@ -158,13 +159,18 @@ class KernelTypes:
 
 
 def _walk(w, strings: bytes) -> dict:
-    """One pass over every type record: names of the kinds a program can spell (and of
+    """One pass over the type records: names of the kinds a program can spell (and of
     enumerators, which stand for their enum) -> type id, or a tuple of ids."""
     fixed, per, named = _FIXED, _PER, _NAMED
+    # Only an info word can have one of these top bytes (ids, sizes and string offsets
+    # stay below 2^24), so no record after the last such word is a named one: pahole puts
+    # the ~80k functions after all types, and the Python loop can stop half-way.
+    tops = bytes(w.cast("B"))[3 if sys.byteorder == "little" else 0::4]
+    last = max(tops.rfind(bytes([top])) for top in named)
     by_off: dict = {}  # name offset -> id or [ids]; decoded to names once, at the end
     get = by_off.get
-    i, n, type_id = 0, len(w), 0
-    while i < n:
+    i, type_id = 0, 0
+    while i < last:  # i + 1 is the record's info word
         type_id += 1
         info = w[i + 1]
         top = info >> 24
