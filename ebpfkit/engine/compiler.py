@@ -288,6 +288,10 @@ class Compiler:
                     return _read_depfile(job.depfile, exclude={str(job.src_file), str(header)})
                 more = {n for n in slimheader.missing_names(out.stderr) if types.ids(n)} - names
                 if not more:
+                    if str(header) not in out.stderr:
+                        # nothing the kernel has is missing: the program's own error, which
+                        # the full header would only repeat, slower
+                        raise _compile_error(job.source, job.src_file, out.stderr)
                     break
                 log.debug("slim vmlinux.h lacked %s; adding them", ", ".join(sorted(more)))
                 names |= more

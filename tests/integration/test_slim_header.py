@@ -14,6 +14,7 @@ import ebpfkit.engine as engine
 from ebpfkit.engine import slimheader
 from ebpfkit.engine.btf import find_kernel_btf
 from ebpfkit.engine.compiler import PROGRAMS_DIR, Compiler, Source
+from ebpfkit.errors import CompileError
 
 pytestmark = [
     pytest.mark.integration,
@@ -80,6 +81,14 @@ def test_the_full_header_is_the_last_resort(messages, monkeypatch):
     spec = engine.compile(text=NODENAME, name="nodename.bpf.c")
     assert any("nodename.bpf.c: the slim vmlinux.h fell short" in m for m in messages()), messages()
     assert nodename_seen_by(spec) == socket.gethostname()
+
+
+def test_the_programs_own_error_comes_from_the_slim_compile(messages):
+    broken = NODENAME.replace("return 0;\n}", "return no_such_thing;\n}")
+    with pytest.raises(CompileError, match="undeclared identifier 'no_such_thing'") as exc:
+        engine.compile(text=broken, name="broken.bpf.c")
+    assert exc.value.diagnostics[0]["file"] == "broken.bpf.c"
+    assert not any("fell short" in m for m in messages()), messages()
 
 
 def elf_sections(path) -> dict:
