@@ -660,6 +660,20 @@ def _vmlinux_btf_ids() -> dict[str, int]:
         L.lib.btf__free(btf)
 
 
+@functools.cache
+def has_kernel_function(name: str) -> bool:
+    """Whether the running kernel has a function ``name`` (kernel BTF, else /proc/kallsyms):
+    how tools tell kernel behaviours apart that no program type or helper reveals."""
+    btf = L.lib.btf__load_vmlinux_btf()
+    if btf:
+        try:
+            if L.lib.btf__find_by_name_kind(btf, name.encode(), _BTF_KIND_FUNC) > 0:
+                return True
+        finally:
+            L.lib.btf__free(btf)
+    return _kernel_function((name,)) is not None
+
+
 def _btf_id(name: str) -> int:
     if not os.path.exists("/sys/kernel/btf/vmlinux"):
         raise _Failed("find", 0, reason="no kernel BTF (/sys/kernel/btf/vmlinux)")

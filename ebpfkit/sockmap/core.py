@@ -286,8 +286,17 @@ def disable(cgroup: str | None = None) -> Enablement | None:
     return found
 
 
+def fionread_counts_redirected() -> bool:
+    """Whether FIONREAD counts bytes redirected into a socket's psock queue: only kernels
+    with tcp_bpf_ioctl do; on older ones (e.g. 6.1) it reports 0 for them."""
+    from ..engine.features import has_kernel_function
+
+    return has_kernel_function("tcp_bpf_ioctl")
+
+
 def _status_record(cgroup, cgroup_id, info, ports, stats, sockets, pinned) -> dict:
     return {"cgroup": cgroup or f"(removed cgroup id {cgroup_id})", "cgroup_id": cgroup_id,
             "pinned": pinned, "ports": ports, "ipv6": bool(info.get("ipv6")),
             "skb_verdict": bool(info.get("skb_verdict")), "regression": bool(info.get("regression")),
+            "fionread_counts_redirected": fionread_counts_redirected(),
             "enabled_at": info.get("enabled_at", 0), "sockets": sockets, **stats}

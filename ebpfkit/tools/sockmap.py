@@ -90,6 +90,9 @@ def _report(out: Output, state: str, record: dict) -> None:
     why = " (FIONREAD/epoll regression found on this kernel)" if record["regression"] else ""
     out.banner(f"sockmap acceleration {state} on {record['cgroup']}: ports {_ports(record['ports'])}, "
                f"IPv6 {'on' if record['ipv6'] else 'off'}, sk_skb verdict {verdict}{why}")
+    if not record["fionread_counts_redirected"]:
+        out.warn("on this kernel FIONREAD does not count bytes redirected into a socket (it has no "
+                 "tcp_bpf_ioctl): programs that size their reads by FIONREAD see 0 for them")
 
 
 @sockmap.command(epilog=EXAMPLES)

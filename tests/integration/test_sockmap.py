@@ -459,6 +459,7 @@ def test_fionread_reports_the_real_byte_count(child_cgroup, accel):
         assert wait_for(lambda: len(accel.keys()) == 3)
         client.sendall(b"a" * 12345)
         assert wait_for(lambda: fionread(server) == 12345)
+        assert accel.status()["fionread_counts_redirected"]  # this kernel has tcp_bpf_ioctl
         assert len(server.recv(20000, socket.MSG_WAITALL)) == 12345
         assert fionread(server) == 0
         assert accel.stats()["bytes_redirected"] == 12345
