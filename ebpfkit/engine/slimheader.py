@@ -31,7 +31,7 @@ log = get_logger("ebpfkit.engine.slimheader")
 INDEX_FORMAT = "1"
 
 # BTF kinds (Documentation/bpf/btf.rst); plain ints, not btftypes.Kind: the walk is a hot loop
-_PTR, _ARRAY, _STRUCT, _UNION, _ENUM, _TYPEDEF, _ENUM64 = 2, 3, 4, 5, 6, 8, 19
+_PTR, _ARRAY, _STRUCT, _UNION, _ENUM, _TYPEDEF, _FUNC_PROTO, _ENUM64 = 2, 3, 4, 5, 6, 8, 13, 19
 _SEE_THROUGH = frozenset({_TYPEDEF, 9, 10, 11, 18})  # typedef, volatile, const, restrict, type_tag
 
 
@@ -82,6 +82,7 @@ class KernelTypes:
             raise ValueError("BTF in the other byte order")
         self.words = raw[hdr_len + type_off:hdr_len + type_off + type_len].cast("I")
         self._types_at = base + hdr_len + type_off
+        self._type_by_id = L.lib.btf__type_by_id  # the hot call of select(): looked up once
         self._strings_at, self._strings_len = base + hdr_len + str_off, str_len
         self.names = self._index()
 
@@ -125,9 +126,7 @@ class KernelTypes:
 
     def _at(self, type_id: int) -> int:
         """Word offset of a type's record (libbpf keeps the table of record offsets)."""
-        from . import _libbpf as L
-
-        return (L.lib.btf__type_by_id(self._ptr, type_id) - self._types_at) >> 2
+        return (self._type_by_id(self._ptr, type_id) - self._types_at) >> 2
 
     def kind(self, type_id: int) -> int:
         return (self.words[self._at(type_id) + 1] >> 24) & 0x1F
@@ -146,6 +145,16 @@ class KernelTypes:
         for i in range(w[at + 1] & 0xFFFF):
             m = at + 3 + 3 * i
             yield (ctypes.string_at(self._strings_at + w[m]).decode() if w[m] else ""), w[m + 1]
+
+    def member_types(self, type_id: int):
+        """Type ids of a struct's or union's members."""
+        w, at = self.words, self._at(type_id)
+        return w[at + 4:at + 4 + 3 * (w[at + 1] & 0xFFFF):3]
+
+    def signature(self, type_id: int):
+        """Type ids of a function prototype's return value and parameters."""
+        w, at = self.words, self._at(type_id)
+        return (w[at + 2], *w[at + 4:at + 4 + 2 * (w[at + 1] & 0xFFFF):2])
 
     def see_through(self, type_id: int) -> int:
         while type_id and self.kind(type_id) in _SEE_THROUGH:
@@ -222,7 +231,41 @@ def select(index: KernelTypes, names: set) -> set:
                     chosen.add(target)
             if target and index.kind(target) in (_STRUCT, _UNION):
                 todo.append(target)
-    return chosen
+    return chosen | _passed_by_value(index, chosen)
+
+
+def _passed_by_value(index: KernelTypes, chosen: set) -> set:
+    """Structs and unions that function prototypes in the header take or return by value.
+
+    btf_dump declares whatever a pointer leads to only forward, and that includes the
+    parameters of a function pointer's prototype (``void (*cb)(struct io_tw_state)``).
+    clang accepts that, but then the object's BTF has a prototype with an argument of no
+    size, and the kernel rejects the whole BTF ("Invalid arg#N"). The full vmlinux.h has
+    every definition, so these must be in the slim one too.
+    """
+    found: set = set()
+    todo, seen = list(chosen), set()
+    while todo:
+        type_id = todo.pop()
+        if not type_id or type_id in seen:
+            continue
+        seen.add(type_id)
+        kind = index.kind(type_id)
+        if kind in (_STRUCT, _UNION):  # defined in full: so is what it embeds
+            todo.extend(index.member_types(type_id))
+        elif kind == _PTR:  # a pointed-to struct is declared forward: look no further
+            target = index.see_through(index.ref(type_id))
+            if target and index.kind(target) not in (_STRUCT, _UNION):
+                todo.append(target)
+        elif kind == _FUNC_PROTO:
+            for part in index.signature(type_id):
+                part = index.see_through(part)
+                if part and index.kind(part) in (_STRUCT, _UNION):
+                    found.add(part)
+                todo.append(part)
+        elif kind in _SEE_THROUGH or kind == _ARRAY:
+            todo.append(index.ref(type_id))
+    return found
 
 
 def missing_names(stderr: str) -> set:

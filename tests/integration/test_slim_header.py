@@ -91,6 +91,34 @@ def test_the_programs_own_error_comes_from_the_slim_compile(messages):
     assert not any("fell short" in m for m in messages()), messages()
 
 
+# struct io_kiocb holds function pointers whose prototypes take structs by value (on 6.18,
+# io_tw_token_t, a typedef of struct io_tw_state): a slim header that declares those only
+# forward gives the object a BTF the kernel rejects ("Invalid arg#2"), and libbpf then loads
+# the program without BTF, or not at all (6.1: "missing btf func_info")
+URING = """\
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_tracing.h>
+__u64 completions = 0;
+SEC("tp_btf/io_uring_complete")
+int BPF_PROG(on_complete, void *ring, struct io_kiocb *req)
+{
+    if (BPF_CORE_READ(req, opcode) != 0xff)
+        __sync_fetch_and_add(&completions, 1);
+    return 0;
+}
+char LICENSE[] SEC("license") = "GPL";
+"""
+
+
+def test_structs_passed_by_value_in_prototypes_are_defined(messages):
+    spec = engine.compile(text=URING, name="uring.bpf.c")
+    assert any("uring.bpf.c: slim vmlinux.h with" in m for m in messages()), messages()
+    with spec.load() as obj:
+        assert obj.programs["on_complete"].info().btf_id != 0, "the kernel refused the object's BTF"
+
+
 def elf_sections(path) -> dict:
     """{name: bytes} of a little-endian ELF64 object's sections."""
     data = open(path, "rb").read()
