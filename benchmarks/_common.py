@@ -29,6 +29,7 @@ START_TIMEOUT = 120.0
 EBPFKIT_SOURCES = {
     "opencount": str(PROGRAMS / "opencount.bpf.c"),
     "opencount-rawtp": str(PROGRAMS / "opencount_rawtp.bpf.c"),
+    "opencount-fentry": str(PROGRAMS / "opencount_fentry.bpf.c"),
     "runqlat": "runqlat.bpf.c",  # ebpfkit's own program, found by name like a tool would
 }
 BCC_SOURCES = {"opencount": PROGRAMS / "opencount_bcc.c", "runqlat": PROGRAMS / "runqlat_bcc.c"}
@@ -89,6 +90,46 @@ def bpftrace_tool() -> Tool:
     version = subprocess.run([path, "--version"], capture_output=True, text=True).stdout.strip()
     # -B none: ATTACHED (printed by BEGIN, which fires once every probe is attached) is not buffered
     return Tool("bpftrace", True, f"{path} {version}", [path, "-B", "none"])
+
+
+def ebpfkit_feature(tool: Tool, name: str) -> tuple[bool, str]:
+    """(supported, reason) of one of ebpfkit's feature probes, asked by the Python that runs
+    ebpfkit's launcher (the benchmark's own interpreter may not have ebpfkit)."""
+    if not tool.available:
+        return False, tool.note
+    code = ("import sys; from ebpfkit.engine import features; p = features.probe(sys.argv[1]); "
+            "print(int(p.supported), p.reason)")
+    out = subprocess.run([tool.argv[0], "-c", code, name], capture_output=True, text=True,
+                         env=merged_env(tool.env))
+    if out.returncode != 0:
+        return False, f"probe failed: {(out.stderr.strip().splitlines() or ['?'])[-1]}"
+    supported, _, reason = out.stdout.strip().partition(" ")
+    return supported == "1", reason
+
+
+# --- the VM (another kernel, where kprobes and fentry work) ----------------------------------
+
+def in_vm() -> bool:
+    """Inside a VM booted by `ebpfkit vm run` (same test as ebpfkit.vm.in_vm, without importing it)."""
+    if os.environ.get("EBPFKIT_IN_VM") == "1":
+        return True
+    try:
+        return "ebpfkit.vm=1" in Path("/proc/cmdline").read_text().split()
+    except OSError:
+        return False
+
+
+def run_in_vm(script: Path, argv: list, kernel: str | None, timeout: float) -> int:
+    """Boot the VM kernel with `ebpfkit vm run` and run ``script argv`` inside, as root, over the
+    same paths; its output streams through. Returns its exit status (124: timed out)."""
+    venv = REPO / ".venv" / "bin" / "python"
+    python = str(venv) if venv.exists() else sys.executable
+    cmd = [python, "-m", "ebpfkit", "vm", "run", "--timeout", str(int(timeout))]
+    if kernel:
+        cmd += ["--kernel", kernel]
+    cmd += ["--", python, str(script), *argv]
+    print(f"booting a VM: {' '.join(cmd)}", file=sys.stderr, flush=True)
+    return subprocess.run(cmd, cwd=REPO, stdin=subprocess.DEVNULL).returncode
 
 
 def preflight() -> str | None:

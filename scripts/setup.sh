@@ -33,7 +33,7 @@ if [ "$want_bench" = 1 ]; then
   # kernel's if the archive has them, else the distribution's (fine for tracepoint programs).
   # sockperf/iperf3/wrk/nginx measure socket acceleration; trafgen (netsniff-ng), xdp-tools
   # and nftables are what the XDP filter is compared against.
-  packages+=(gcc bpftrace python3-bpfcc sockperf iperf3 wrk nginx-light netsniff-ng xdp-tools nftables)
+  packages+=(gcc bpftrace python3-bpfcc bpfcc-tools sockperf iperf3 wrk nginx-light netsniff-ng xdp-tools nftables)
   if apt-cache show "linux-headers-$(uname -r)" >/dev/null 2>&1; then
     packages+=("linux-headers-$(uname -r)")
   else

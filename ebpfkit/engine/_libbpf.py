@@ -139,6 +139,10 @@ class bpf_tc_opts(_Opts):
                 ("handle", c_u32), ("priority", c_u32)]
 
 
+class bpf_obj_get_opts(_Opts):
+    _fields_ = [("sz", c_size_t), ("file_flags", c_u32), ("path_fd", c_int)]
+
+
 class btf_dump_opts(_Opts):
     _fields_ = [("sz", c_size_t)]
 
@@ -276,6 +280,7 @@ _PROTOTYPES = {
     "bpf_prog_detach2": (c_int, [c_int, c_int, c_uint]),
     "bpf_obj_pin": (c_int, [c_int, c_char_p]),
     "bpf_obj_get": (c_int, [c_char_p]),
+    "bpf_obj_get_opts": (c_int, [c_char_p, POINTER(bpf_obj_get_opts)]),
     "bpf_obj_get_info_by_fd": (c_int, [c_int, c_void_p, POINTER(c_u32)]),
     "bpf_prog_get_next_id": (c_int, [c_u32, POINTER(c_u32)]),
     "bpf_link_get_next_id": (c_int, [c_u32, POINTER(c_u32)]),
@@ -297,6 +302,7 @@ _PROTOTYPES = {
     "btf__type_cnt": (c_u32, [P]),
     "btf__type_by_id": (c_void_p, [P, c_u32]),
     "btf__raw_data": (c_void_p, [P, POINTER(c_u32)]),
+    "btf__find_by_name": (c_int, [P, c_char_p]),
     "btf__find_by_name_kind": (c_int, [P, c_char_p, c_u32]),
     "btf__fd": (c_int, [P]),
     "btf_dump__new": (P, [P, c_void_p, c_void_p, POINTER(btf_dump_opts)]),
@@ -354,6 +360,17 @@ VFPRINTF_ADDR = ctypes.cast(libc.vfprintf, c_void_p).value
 def has(name: str) -> bool:
     """Does the loaded libbpf export ``name``?"""
     return hasattr(lib, name)
+
+
+BPF_F_RDONLY = 1 << 3
+
+
+def obj_get(path: bytes, readonly: bool = False) -> int:
+    """An fd for the pinned object at ``path`` (read-only if asked), or -errno. A read-only
+    fd is what a BPF-LSM policy may grant where it refuses a writable one."""
+    if readonly and has("bpf_obj_get_opts"):
+        return lib.bpf_obj_get_opts(path, ctypes.byref(bpf_obj_get_opts(file_flags=BPF_F_RDONLY)))
+    return lib.bpf_obj_get(path)
 
 
 def version() -> tuple[int, int]:

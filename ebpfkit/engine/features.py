@@ -674,6 +674,19 @@ def has_kernel_function(name: str) -> bool:
     return _kernel_function((name,)) is not None
 
 
+def kernel_btf_names(names) -> frozenset:
+    """Which of ``names`` the running kernel's BTF defines, of any kind (functions, structs,
+    tracepoint typedefs): how a tool picks only the fexit/tp_btf targets this kernel has,
+    since one missing target fails the whole load. Empty without kernel BTF."""
+    btf = L.lib.btf__load_vmlinux_btf()
+    if not btf:
+        return frozenset()
+    try:
+        return frozenset(n for n in names if L.lib.btf__find_by_name(btf, n.encode()) > 0)
+    finally:
+        L.lib.btf__free(btf)
+
+
 def _btf_id(name: str) -> int:
     if not os.path.exists("/sys/kernel/btf/vmlinux"):
         raise _Failed("find", 0, reason="no kernel BTF (/sys/kernel/btf/vmlinux)")

@@ -6,9 +6,13 @@
  *  - syscall exit tracepoints of read/write/pread64/pwrite64/readv/writev: the return value
  *    is the byte count, and the fd (the first argument) is read back from the task's saved
  *    user registers, so no enter program and no per-thread stash is needed;
- *  - fexit on vfs_read/vfs_write (where trampolines work): the file and the result come as
- *    arguments, and no syscall tracepoint puts every syscall on the slow path; readv/writev
- *    (which do not go through vfs_read/vfs_write) keep their tracepoints.
+ *  - fexit (where trampolines work): the file and the result come as arguments, and no
+ *    syscall tracepoint puts every syscall on the slow path. vfs_read/vfs_write see
+ *    read/write/pread64/pwrite64; vfs_readv/vfs_writev the vector calls. IO that never
+ *    passes through those needs hooks of its own: do_splice_direct (sendfile,
+ *    copy_file_range's fallback), splice_file_to_pipe (sendfile to a pipe, splice from a
+ *    file) and io_uring's completions. User space loads only those this kernel has.
+ * None of these paths calls another hooked one, so no IO is counted twice.
  * Paths are built in BPF from the file's dentries and mounts, once per file per interval. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -287,6 +291,100 @@ int BPF_PROG(iofs_vfs_write, struct file *file, const char *buf, size_t count, l
 	     ssize_t ret)
 {
 	file_io(file, IOFS_OP_WRITE, ret);
+	return 0;
+}
+
+/* The vector calls and the splice paths: their argument lists differ between kernels, so
+ * the result is taken with bpf_get_func_ret() rather than by its position. */
+static __always_inline long func_ret(void *ctx)
+{
+	__u64 ret = 0;
+
+	bpf_get_func_ret(ctx, &ret);
+	return (long)ret;
+}
+
+SEC("fexit/vfs_readv")
+int BPF_PROG(iofs_vfs_readv, struct file *file)
+{
+	file_io(file, IOFS_OP_READ, func_ret(ctx));
+	return 0;
+}
+
+SEC("fexit/vfs_writev")
+int BPF_PROG(iofs_vfs_writev, struct file *file)
+{
+	file_io(file, IOFS_OP_WRITE, func_ret(ctx));
+	return 0;
+}
+
+/* sendfile() (to anything but a pipe) and copy_file_range()'s fallback: file to file through
+ * an internal pipe; neither side goes through vfs_read/vfs_write. */
+SEC("fexit/do_splice_direct")
+int BPF_PROG(iofs_splice_direct, struct file *in, loff_t *ppos, struct file *out)
+{
+	long ret = func_ret(ctx);
+
+	file_io(in, IOFS_OP_READ, ret);
+	file_io(out, IOFS_OP_WRITE, ret);
+	return 0;
+}
+
+/* sendfile() to a pipe and splice() from a file into a pipe */
+SEC("fexit/splice_file_to_pipe")
+int BPF_PROG(iofs_splice_to_pipe, struct file *in)
+{
+	file_io(in, IOFS_OP_READ, func_ret(ctx));
+	return 0;
+}
+
+/* io_uring calls the file's read_iter/write_iter itself; a request's result is final when
+ * its completion is posted (inline, from task work or from an io-wq worker: all threads of
+ * the submitting process). uapi opcodes, stable across kernels. */
+#define IOFS_URING_READV 1
+#define IOFS_URING_WRITEV 2
+#define IOFS_URING_READ_FIXED 4
+#define IOFS_URING_WRITE_FIXED 5
+#define IOFS_URING_READ 22
+#define IOFS_URING_WRITE 23
+
+/* Only the fields read here, matched by name against the kernel's struct io_kiocb (the
+ * ___iofs suffix is ignored by CO-RE). vmlinux.h's own io_kiocb is not used: it drags in
+ * io_uring types that the compiler's slim vmlinux.h emits incomplete (a typedef of a
+ * forward-declared struct passed by value), and the kernel then rejects the object's BTF. */
+struct io_cqe___iofs {
+	__s32 res;
+} __attribute__((preserve_access_index));
+
+struct io_kiocb___iofs {
+	struct file *file; /* in an anonymous union: CO-RE finds it there */
+	__u8 opcode;
+	struct io_cqe___iofs cqe;
+} __attribute__((preserve_access_index));
+
+/* The tracepoint's arguments changed (6.1: ctx, req, user_data, res, ...; later: ctx, req,
+ * cqe); the request, second in both, carries the file, the opcode and the result. */
+SEC("tp_btf/io_uring_complete")
+int BPF_PROG(iofs_uring_complete, void *ring, struct io_kiocb___iofs *req)
+{
+	__u8 opcode = BPF_CORE_READ(req, opcode);
+	int op;
+
+	switch (opcode) {
+	case IOFS_URING_READV:
+	case IOFS_URING_READ_FIXED:
+	case IOFS_URING_READ:
+		op = IOFS_OP_READ;
+		break;
+	case IOFS_URING_WRITEV:
+	case IOFS_URING_WRITE_FIXED:
+	case IOFS_URING_WRITE:
+		op = IOFS_OP_WRITE;
+		break;
+	default:
+		return 0;
+	}
+	file_io(BPF_CORE_READ(req, file), op, BPF_CORE_READ(req, cqe.res));
 	return 0;
 }
 

@@ -35,12 +35,21 @@ Examples:
 
 # How file IO is counted, best first: (feature probe, label, programs). Block IO is always
 # counted from the block_bio_queue tracepoint.
-_FEXIT = ("fexit", "fexit vfs_read/vfs_write (+ readv/writev tracepoints)",
-          ("iofs_vfs_read", "iofs_vfs_write", "iofs_exit_readv", "iofs_exit_writev"))
+_FEXIT = ("fexit", "fexit vfs_read/vfs_write", ("iofs_vfs_read", "iofs_vfs_write"))
 _SYSCALLS = ("tracepoint", "syscall exit tracepoints (read/write/pread64/pwrite64/readv/writev)",
              ("iofs_exit_read", "iofs_exit_pread64", "iofs_exit_readv",
               "iofs_exit_write", "iofs_exit_pwrite64", "iofs_exit_writev"))
 _HOOKS = {"fexit": _FEXIT, "tracepoint": _SYSCALLS}
+# With fexit, the IO that does not pass through vfs_read/vfs_write, each hooked only where the
+# kernel's BTF has its target: (what it counts, BTF names needed, programs, else programs).
+# Without vfs_readv/vfs_writev the vector calls fall back to their syscall tracepoints.
+_FEXIT_EXTRAS = (
+    ("readv/writev", ("vfs_readv", "vfs_writev"), ("iofs_vfs_readv", "iofs_vfs_writev"),
+     ("iofs_exit_readv", "iofs_exit_writev")),
+    ("sendfile/copy_file_range", ("do_splice_direct",), ("iofs_splice_direct",), ()),
+    ("splice from a file", ("splice_file_to_pipe",), ("iofs_splice_to_pipe",), ()),
+    ("io_uring", ("btf_trace_io_uring_complete", "io_kiocb", "io_cqe"), ("iofs_uring_complete",), ()),
+)
 _BLOCK_PROGRAMS = ("iofs_bio_queue",)
 
 _PATH_STATES = {0: "complete", 1: "truncated", 2: "detached"}
@@ -77,7 +86,7 @@ class IofsStat:
 
         self.pid, self.container, self.disk = pid, container, disk
         self.hook_choice = hook
-        self.hook_label = None
+        self.hook = self.hook_label = None  # "fexit" or "tracepoint", and what it covers
         self.cgroups = CgroupPaths()
         self.disk_devices = disk_devices(disk) if disk else None
         if self.disk_devices == set():
@@ -96,7 +105,7 @@ class IofsStat:
         from ..engine import compile as compile_bpf
         from ..sysinfo.diskstats import read_diskstats
 
-        _, self.hook_label, programs = self._choose_hook()
+        self.hook, self.hook_label, programs = self._choose_hook()
         spec = compile_bpf("iofsstat.bpf.c")
         wanted = set(programs) | set(_BLOCK_PROGRAMS)
         for name, prog in spec.programs.items():
@@ -119,11 +128,12 @@ class IofsStat:
 
         if self.hook_choice != "auto":
             features.require(self.hook_choice)
-            return _HOOKS[self.hook_choice]
-        best = features.best_hook([_FEXIT[0], _SYSCALLS[0]])
-        if best is None:
-            features.require(_SYSCALLS[0])  # raises, saying why tracepoints do not work
-        return _HOOKS[best or _SYSCALLS[0]]
+            best = self.hook_choice
+        else:
+            best = features.best_hook([_FEXIT[0], _SYSCALLS[0]])
+            if best is None:
+                features.require(_SYSCALLS[0])  # raises, saying why tracepoints do not work
+        return _with_extras(_HOOKS[best]) if best == _FEXIT[0] else _HOOKS[best]
 
     def close(self) -> None:
         if self._obj is not None:
@@ -257,6 +267,28 @@ class IofsStat:
     def _container(self, cgroup_id: int) -> str | None:
         container = self.cgroups.container(cgroup_id)
         return container.short_id if container else None
+
+
+def _with_extras(hook):
+    """The fexit hook with the extra programs this kernel can take, and a label saying what
+    each covers (or, when its target is missing, that it is not counted)."""
+    from ..engine import features
+
+    name, label, programs = hook
+    have = features.kernel_btf_names({n for _, names, _, _ in _FEXIT_EXTRAS for n in names})
+    programs, covered, missing = list(programs), [], []
+    for what, names, progs, fallback in _FEXIT_EXTRAS:
+        if set(names) <= have:
+            programs += progs
+            covered.append(what)
+        elif fallback:
+            programs += fallback
+            covered.append(f"{what} by syscall tracepoints")
+        else:
+            missing.append(what)
+    label += f" (+ {', '.join(covered)})" if covered else ""
+    label += f"; not counted: {', '.join(missing)} (no BTF for their kernel functions)" if missing else ""
+    return name, label, tuple(programs)
 
 
 def _rate(count: int, seconds: float) -> float:
