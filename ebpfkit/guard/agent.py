@@ -1,13 +1,16 @@
 """The guard agent: load guard.bpf.c, attach every hook, pin links and maps, then follow the
-ring buffer writing one JSON line per violation to the log.
+ring buffer writing one JSON line per violation to the log, and reload the policy when its
+file changes.
 
 Started detached by `ebpfkit guard start`; it reports readiness (or the error) on --ready-fd.
 Killing it leaves the pins, hence the protection, in place: only `guard stop` removes them.
+Untrusted subjects cannot signal it (the BPF side knows its tgid), nor write its policy.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import signal
@@ -15,15 +18,18 @@ import struct
 import sys
 import time
 
-from ..policy import OPERATIONS, PolicyError, load_guard_policy
+from ..policy import OPERATIONS, PolicyError, load_guard_policy, parse_guard_policy
 from . import core
 
 # struct guard_event (programs/guard.h)
-EVENT = struct.Struct("=QQQIIIIiI16s128s")
+EVENT = struct.Struct("=QQQIIIIiIII16s128s")
 HOOKS = {1: "file_open", 2: "file_permission", 3: "inode_unlink", 4: "inode_rename", 5: "inode_link",
          6: "inode_setattr", 7: "path_truncate", 8: "mmap_file", 9: "task_kill",
-         10: "ptrace_access_check", 11: "bpf"}
+         10: "ptrace_access_check", 11: "bpf", 12: "bpf_map", 13: "bpf_prog", 14: "sb_umount"}
 OP_NAMES = {**{v: k for k, v in OPERATIONS.items()}, 128: "kill", 256: "ptrace", 512: "bpf"}
+# enum bpf_cmd values the bpf hook reports
+BPF_CMDS = {29: "BPF_LINK_UPDATE", 34: "BPF_LINK_DETACH"}
+POLL_MS, WATCH_SECONDS = 200, 1.0
 
 
 def _exe(pid: int) -> str | None:
@@ -34,22 +40,43 @@ def _exe(pid: int) -> str | None:
 
 
 class Logger:
-    def __init__(self, log, paths: dict, boot_offset: float):
-        self.log, self.paths, self.boot_offset = log, paths, boot_offset
+    """Ring buffer records -> JSON lines. ``labels``: {(dev, ino): path or {"object": path,
+    "matched": path}}; ``names``: {("link"|"prog"|"map", id): name} of the guard's objects."""
+
+    def __init__(self, log, labels: dict, boot_offset: float, names: dict | None = None):
+        self.log, self.labels, self.boot_offset = log, labels, boot_offset
+        self.names = names or {}
 
     def __call__(self, raw: bytes) -> None:
-        ts, dev, ino, pid, target, hook, op, verdict, sig, comm, name = EVENT.unpack(raw[:EVENT.size])
+        (ts, dev, ino, pid, target, hook, op, verdict, sig, cmd, obj_id, comm,
+         name) = EVENT.unpack(raw[:EVENT.size])
         ops = [n for bit, n in OP_NAMES.items() if op & bit]
-        record = {"time": round(self.boot_offset + ts / 1e9, 6), "hook": HOOKS.get(hook, str(hook)),
+        hook_name = HOOKS.get(hook, str(hook))
+        record = {"time": round(self.boot_offset + ts / 1e9, 6), "hook": hook_name,
                   "pid": pid, "comm": comm.split(b"\0")[0].decode(errors="replace"), "exe": _exe(pid),
                   "operation": ",".join(ops), "verdict": "denied" if verdict else "allowed (audit)"}
+        text = name.split(b"\0")[0].decode(errors="replace")
         if dev or ino:
-            record.update(object=self.paths.get((dev, ino)), dev=dev, ino=ino,
-                          name=name.split(b"\0")[0].decode(errors="replace"))
+            label = self.labels.get((dev, ino))
+            if isinstance(label, str):
+                label = {"object": label}
+            record.update(object=(label or {}).get("object"), dev=dev, ino=ino, name=text)
+            if label and label.get("matched"):
+                record["matched"] = label["matched"]
+        if hook_name == "bpf":
+            record.update(bpf_cmd=BPF_CMDS.get(cmd, str(cmd)), link_id=obj_id,
+                          link=self.names.get(("link", obj_id)))
+        elif hook_name == "bpf_map":
+            record.update(map=text, map_id=obj_id)
+        elif hook_name == "bpf_prog":
+            record.update(program=self.names.get(("prog", obj_id), text), prog_id=obj_id)
         if target:
             record.update(target_pid=target, target_exe=_exe(target))
             if sig:
                 record["signal"] = sig
+        self.write(record)
+
+    def write(self, record: dict) -> None:
         self.log.write(json.dumps(record) + "\n")
         self.log.flush()
 
@@ -59,46 +86,134 @@ def _boot_offset() -> float:
     return time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
 
 
-def display_paths(policy) -> dict:
-    out = {}
-    for rule in list(policy.protect) + list(policy.processes):
-        try:
-            out[core.key_of(rule.path)] = rule.path
-        except OSError:
-            pass
-    return out
+def display_paths(policy, policy_path: str | None = None) -> dict:
+    """{key: label} for the log, as resolve() names every protected key."""
+    return core.resolve(policy, core.self_rules(policy_path)).labels
+
+
+def _link_id(fd: int) -> int:
+    from ..engine import _libbpf as L
+
+    info = L.bpf_link_info()
+    size = ctypes.c_uint32(ctypes.sizeof(info))
+    L.lib.bpf_obj_get_info_by_fd(fd, ctypes.byref(info), ctypes.byref(size))
+    return info.id
+
+
+def load(mode: str, pin_dev: int = 0, cache: bool = True):
+    """guard.bpf.c, loaded. Should a kernel's verifier refuse the verdict cache (inode
+    storage on a pointer it does not trust), it is loaded without: slower, as safe."""
+    import ebpfkit
+
+    spec = ebpfkit.compile("guard.bpf.c")
+    spec.rodata.update({"targ_audit": mode == "audit", "targ_agent_tgid": os.getpid(),
+                        "targ_pin_dev": pin_dev, "targ_cache": cache})
+    try:
+        return spec.load()
+    except ebpfkit.EbpfkitError as exc:
+        if not cache:
+            raise
+        print(f"guard agent: loading without the verdict cache: {exc}", file=sys.stderr, flush=True)
+        return load(mode, pin_dev, cache=False)
 
 
 def start(policy_path: str, audit: bool):
-    """Load, attach, pin and fill; returns (obj, policy). Cleans up on any failure."""
-    import ebpfkit
+    """Load, attach, pin and fill; returns (obj, labels, names). Cleans up on any failure."""
+    from ..engine import mounts
 
-    policy = load_guard_policy(policy_path)
-    mode = "audit" if audit else policy.mode
-    spec = ebpfkit.compile("guard.bpf.c")
-    spec.rodata.update({"targ_audit": mode == "audit", "targ_agent_tgid": os.getpid()})
-    obj = spec.load()
     try:
-        from ..engine import mounts
-        directory = mounts.pin_dir(core.TOOL)
+        text, sig = core.read_policy(policy_path)
+    except OSError as exc:
+        raise PolicyError(f"cannot read the policy: {exc}", None, policy_path) from None
+    policy = parse_guard_policy(text, policy_path)
+    mode = "audit" if audit else policy.mode
+    directory = mounts.pin_dir(core.TOOL)
+    obj = load(mode, core.key_of(directory)[0])
+    try:
         obj.pin_maps(directory)
-        fds = {name: obj.maps[name].fd for name in core.MAPS}
-        warnings = core.apply(policy, fds)
-        # the watched policy file itself is protected
-        pkey = core.key_of(policy_path)
-        from ..engine import _libbpf as L
-        L.lib.bpf_map_update_elem(fds["protected"], core.KEY.pack(*pkey), core.VALUE.pack(
-            OPERATIONS["write"] | OPERATIONS["unlink"] | OPERATIONS["rename"] | OPERATIONS["setattr"]), 0)
+        fds = {name: obj.maps[name].fd for name in core.MAP_FDS}
+        self_fd = obj.maps["self_ids"].fd
+        names = {("prog", p.info().id): p.name for p in obj.programs.values()}
+        # programs are registered before any hook runs, links as they are made
+        core.register_self(self_fd, [i for kind, i in names if kind == "prog"], [])
         for prog in obj.programs.values():
-            link = prog.attach_lsm()
+            link = prog.attach()  # lsm/..., and fexit/vfs_rename
             link.pin(os.path.join(directory, "link_" + prog.name))
-        core.write_state({"mode": mode, "policy": os.path.abspath(policy_path), "agent_pid": os.getpid(),
-                          "started": time.time(), "rules": policy.to_dict(), "warnings": warnings})
+            link_id = _link_id(link.fd)
+            names[("link", link_id)] = "link_" + prog.name
+            core.register_self(self_fd, [], [link_id])
+        os.makedirs(core.STATE_DIR, exist_ok=True)
+        open(core.LOG_FILE, "a").close()  # exists before it is keyed
+        core.write_state({"mode": mode, "mode_forced": audit, "policy": os.path.abspath(policy_path),
+                          "agent_pid": os.getpid(), "started": time.time()})
+        with core.locked():
+            res = core.install(policy, policy_path, sig, fds)
     except BaseException:
         obj.close()
         core.stop()
         raise
-    return obj, policy
+    return obj, res.labels, names
+
+
+class Watcher:
+    """Reloads the policy when its file changes (content or inode), or follows a reload
+    done by `guard reload`. A policy that does not parse or resolve is logged, and the one
+    in force stays: it is only replaced by a valid one."""
+
+    def __init__(self, fds: dict, logger: Logger):
+        self.fds, self.logger = fds, logger
+        self.rejected = None  # the signature of the last bad version, logged once
+        self.known = (core.read_state() or {}).get("applied")  # what the labels describe
+        self.next = time.monotonic() + WATCH_SECONDS
+
+    def due(self) -> bool:
+        return time.monotonic() >= self.next
+
+    def check(self) -> None:
+        self.next = time.monotonic() + WATCH_SECONDS
+        state = core.read_state() or {}
+        path = state.get("policy")
+        if not path:
+            return
+        try:
+            text, sig = core.read_policy(path)
+        except OSError as exc:
+            sig = {"error": exc.strerror}
+            if sig != self.rejected:
+                self.rejected = sig
+                self._log(path, "rejected", error=f"cannot read the policy: {exc.strerror}; "
+                                                   f"the policy in force stays")
+            return
+        if state.get("applied") != self.known:  # `guard reload` swapped it in
+            self.known = state.get("applied")
+            if sig == self.known:
+                self._relabel(text, path)
+        if sig == state.get("applied") or sig == self.rejected:
+            return
+        with core.locked():
+            state = core.read_state() or {}
+            if sig == state.get("applied"):
+                return
+            try:
+                policy = parse_guard_policy(text, path)
+                res = core.install(policy, path, sig, self.fds)
+            except (PolicyError, core.GuardError) as exc:
+                self.rejected = sig
+                self._log(path, "rejected", error=f"{exc}; the policy in force stays")
+                return
+        self.rejected, self.known = None, sig
+        self.logger.labels = res.labels
+        self._log(path, "applied", warnings=res.warnings)
+
+    def _relabel(self, text: str, path: str) -> None:
+        try:
+            self.logger.labels = display_paths(parse_guard_policy(text, path), path)
+        except PolicyError:
+            self.logger.labels = {}
+
+    def _log(self, path: str, result: str, **extra) -> None:
+        self.logger.write({"time": round(time.time(), 6), "event": "policy-reload", "policy": path,
+                           "result": result, "by": "agent", **extra})
 
 
 def main(argv=None) -> int:
@@ -115,21 +230,28 @@ def main(argv=None) -> int:
             args.ready_fd = -1
 
     try:
-        obj, policy = start(args.policy, args.audit)
+        obj, labels, names = start(args.policy, args.audit)
     except (PolicyError, core.GuardError, Exception) as exc:  # reported to `guard start`
         ready(f"error: {exc}")
         return 1
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
-    os.makedirs(core.STATE_DIR, exist_ok=True)
+    fds = {name: obj.maps[name].fd for name in core.MAP_FDS}
     with open(core.LOG_FILE, "a") as log:
-        reader = obj.ring_buffer("events", Logger(log, display_paths(policy), _boot_offset()), decode=False)
+        logger = Logger(log, labels, _boot_offset(), names)
+        watcher = Watcher(fds, logger)
+        reader = obj.ring_buffer("events", logger, decode=False)
         ready("ok")
         marker = os.path.join(core.PIN_DIR, "link_guard_file_open")
         while not stopping and os.path.exists(marker):
             # `guard stop` unpins first: the missing pin is our signal to exit (a signal
             # from an untrusted `guard stop` would be denied while the hooks are live)
-            reader.poll(200)
+            reader.poll(POLL_MS)
+            if watcher.due():
+                try:
+                    watcher.check()
+                except Exception as exc:  # never let a reload problem stop the logging
+                    print(f"guard agent: policy watch: {exc!r}", file=sys.stderr, flush=True)
     return 0  # the pins stay: only `guard stop` removes them
 
 

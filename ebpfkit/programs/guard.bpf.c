@@ -3,10 +3,18 @@
  * protected processes to every subject that is not trusted.
  *
  * protected: (dev, ino) -> denied operations; a directory protects everything below it
- *   (the hooks walk d_parent, bounded by GUARD_MAX_DEPTH).
+ *   (the hooks walk d_parent, bounded by GUARD_MAX_DEPTH); `filter` is a bitmap over the
+ *   same keys (and (dev, 0) per device) that spares the walk a hash lookup per level, and
+ *   files on unprotected filesystems the walk; `verdicts` caches each inode's result.
  * trusted:   (dev, ino) of executables -> 1 (trust) | 2 (trust inherited by children).
  * task storage holds each task's trust; exec re-evaluates it, fork copies it when inherited.
- * Enforcement never depends on the ring buffer: a full buffer only counts a lost event. */
+ * Self-protection: untrusted subjects get no fd of the guard's maps or programs, cannot
+ * detach or update its links, unmount the bpffs holding its pins, or signal its agent
+ * (its pins, policy file and state directory are ordinary protected objects).
+ * Enforcement never depends on the ring buffer: a full buffer only counts a lost event.
+ *
+ * Kernel pointers are read directly (BTF-typed loads), not with bpf_probe_read: the walk
+ * runs on every open and write, and a helper call per field would dominate its cost. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
@@ -16,8 +24,6 @@
 
 #define EPERM 1
 #define MAY_WRITE 0x2
-#define MAY_READ 0x4
-#define MAY_EXEC 0x1
 #define FMODE_WRITE 0x2
 #define O_TRUNC 01000
 #define MAP_SHARED 0x01
@@ -34,20 +40,48 @@
 
 const volatile bool targ_audit = false;
 const volatile __u32 targ_agent_tgid = 0; /* the logging agent: trusted, protected */
+const volatile __u64 targ_pin_dev = 0;    /* s_dev of the bpffs that holds the pins */
+const volatile bool targ_cache = true;    /* false: no verdict cache (kernels that refuse it) */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct guard_key);
+	__type(value, __u32);
+} protected SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, GUARD_FILTER_WORDS);
+	__type(key, __u32);
+	__type(value, __u64);
+} filter SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 4096);
 	__type(key, struct guard_key);
 	__type(value, __u32);
-} protected SEC(".maps");
+} trusted SEC(".maps");
+
+/* Verdict cache: an inode's denied operations, valid while both generations are the ones
+ * it was computed under: [GUARD_GEN_POLICY] is bumped by user space after each change of
+ * `protected`, [GUARD_GEN_RENAME] here after every rename (the only way an existing dentry
+ * gets other ancestors). Hardlinked files (i_nlink > 1) have several ancestries and are
+ * never cached. A hit replaces the whole ancestor walk by one inode-storage lookup. */
+struct {
+	__uint(type, BPF_MAP_TYPE_INODE_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct guard_verdict);
+} verdicts SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1024);
-	__type(key, struct guard_key);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, __u32);
 	__type(value, __u32);
-} trusted SEC(".maps");
+} generation SEC(".maps");
 
 /* executables whose processes cannot be killed/ptraced */
 struct {
@@ -56,6 +90,14 @@ struct {
 	__type(key, struct guard_key);
 	__type(value, __u32);
 } protected_exe SEC(".maps");
+
+/* the guard's own programs and links (kernel ids), filled by the agent */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 128);
+	__type(key, struct guard_self_key);
+	__type(value, __u32);
+} self_ids SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
@@ -79,17 +121,32 @@ static __always_inline struct guard_key inode_key(struct inode *inode)
 {
 	struct guard_key key = {};
 
-	key.dev = BPF_CORE_READ(inode, i_sb, s_dev);
-	key.ino = BPF_CORE_READ(inode, i_ino);
+	key.dev = inode->i_sb->s_dev;
+	key.ino = inode->i_ino;
 	return key;
+}
+
+/* false: certainly not in `protected`; true: maybe (look it up) */
+static __always_inline bool filter_hit(struct guard_key *key)
+{
+	__u64 h = (key->ino ^ (key->dev << 32)) * GUARD_FILTER_MULT;
+	__u32 bit = h >> (64 - GUARD_FILTER_BITS);
+	__u32 idx = bit >> 6;
+	__u64 *word = bpf_map_lookup_elem(&filter, &idx);
+
+	return word && ((*word >> (bit & 63)) & 1);
 }
 
 static __always_inline __u32 exe_trust(struct task_struct *task)
 {
-	struct inode *inode = BPF_CORE_READ(task, mm, exe_file, f_inode);
+	struct mm_struct *mm = task->mm;
+	struct inode *inode;
 	struct guard_key key;
 	__u32 *v;
 
+	if (!mm)
+		return 0;
+	inode = mm->exe_file->f_inode;
 	if (!inode)
 		return 0;
 	key = inode_key(inode);
@@ -119,22 +176,25 @@ static __always_inline __u32 protected_ops(struct dentry *dentry, struct guard_k
 	__u32 ops = 0;
 
 	for (int i = 0; i < GUARD_MAX_DEPTH && dentry; i++) {
-		struct inode *inode = BPF_CORE_READ(dentry, d_inode);
+		struct inode *inode = dentry->d_inode;
 		struct dentry *parent;
 
 		if (inode) {
 			struct guard_key key = inode_key(inode);
-			__u32 *v = bpf_map_lookup_elem(&protected, &key);
 
-			if (v) {
-				__u32 add = (*v & 0xffff) | (i == 0 ? *v >> 16 : 0);
+			if (filter_hit(&key)) {
+				__u32 *v = bpf_map_lookup_elem(&protected, &key);
 
-				if (add && !ops)
-					*hit = key;
-				ops |= add;
+				if (v) {
+					__u32 add = (*v & 0xffff) | (i == 0 ? *v >> 16 : 0);
+
+					if (add && !ops)
+						*hit = key;
+					ops |= add;
+				}
 			}
 		}
-		parent = BPF_CORE_READ(dentry, d_parent);
+		parent = dentry->d_parent;
 		if (parent == dentry)
 			break;
 		dentry = parent;
@@ -142,8 +202,55 @@ static __always_inline __u32 protected_ops(struct dentry *dentry, struct guard_k
 	return ops;
 }
 
-static __always_inline int verdict(__u32 hook, __u32 op, struct guard_key *key,
-				   struct dentry *dentry, __u32 target, __u32 sig)
+#define S_IFMT 00170000
+#define S_IFDIR 0040000
+
+/* protected_ops() through the verdict cache (one call site: the walk is inlined once) */
+static __always_inline __u32 dentry_ops(struct dentry *dentry, struct guard_key *hit)
+{
+	struct inode *inode = dentry->d_inode;
+	__u32 k_policy = GUARD_GEN_POLICY, k_rename = GUARD_GEN_RENAME, gp = 0, gr = 0, ops;
+	struct guard_verdict *c = 0;
+	struct guard_key sb = { .dev = dentry->d_sb->s_dev };
+	bool cacheable = false;
+
+	/* (dev, 0) is in the filter for every device holding a protected key: nothing else on
+	 * this filesystem can match (the walk never leaves it), so most files stop here */
+	if (!filter_hit(&sb))
+		return 0;
+	if (targ_cache && inode && ((inode->i_mode & S_IFMT) == S_IFDIR || inode->i_nlink <= 1)) {
+		__u32 *p = bpf_map_lookup_elem(&generation, &k_policy);
+		__u32 *r = bpf_map_lookup_elem(&generation, &k_rename);
+
+		if (p && r) {
+			cacheable = true;
+			gp = *p; /* read before the walk: a bump during it leaves the result stale */
+			gr = *r;
+			c = bpf_inode_storage_get(&verdicts, inode, 0, 0);
+			if (c && c->gen_policy == gp && c->gen_rename == gr) {
+				*hit = c->hit;
+				return c->ops;
+			}
+		}
+	}
+	ops = protected_ops(dentry, hit);
+	if (cacheable) {
+		if (!c)
+			c = bpf_inode_storage_get(&verdicts, inode, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (c) {
+			c->gen_rename = ~0U; /* invalid while half written */
+			c->ops = ops;
+			c->hit = *hit;
+			c->gen_policy = gp;
+			c->gen_rename = gr;
+		}
+	}
+	return ops;
+}
+
+/* count, log (best effort) and return the verdict for one violation */
+static __always_inline int report(__u32 hook, __u32 op, struct guard_key *key, const void *name,
+				  __u32 target, __u32 sig, __u32 cmd, __u32 obj_id)
 {
 	__u32 idx = targ_audit ? 1 : 0;
 	int ret = targ_audit ? 0 : -EPERM;
@@ -162,12 +269,14 @@ static __always_inline int verdict(__u32 hook, __u32 op, struct guard_key *key,
 	e->op = op;
 	e->verdict = ret;
 	e->sig = sig;
+	e->bpf_cmd = cmd;
+	e->obj_id = obj_id;
 	e->dev = key ? key->dev : 0;
 	e->ino = key ? key->ino : 0;
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 	e->name[0] = 0;
-	if (dentry)
-		bpf_probe_read_kernel_str(e->name, sizeof(e->name), BPF_CORE_READ(dentry, d_name.name));
+	if (name)
+		bpf_probe_read_kernel_str(e->name, sizeof(e->name), name);
 	bpf_ringbuf_submit(e, 0);
 	return ret;
 }
@@ -179,27 +288,22 @@ static __always_inline int check(__u32 hook, __u32 op, struct dentry *dentry)
 
 	if (!dentry)
 		return 0;
-	ops = protected_ops(dentry, &key);
+	ops = dentry_ops(dentry, &key);
 	if (!(ops & op) || current_trusted())
 		return 0;
-	return verdict(hook, op, &key, dentry, 0, 0);
+	return report(hook, op, &key, dentry->d_name.name, 0, 0, 0, 0);
 }
 
 SEC("lsm/file_open")
 int BPF_PROG(guard_file_open, struct file *file, int ret)
 {
-	unsigned int mode = BPF_CORE_READ(file, f_mode);
-	unsigned int flags = BPF_CORE_READ(file, f_flags);
-	struct dentry *dentry = BPF_CORE_READ(file, f_path.dentry);
-	__u32 op = 0;
+	__u32 op;
 
 	if (ret)
 		return ret;
-	if ((mode & FMODE_WRITE) || (flags & O_TRUNC))
-		op |= GUARD_OP_WRITE;
-	else
-		op |= GUARD_OP_READ;
-	return check(GUARD_HOOK_FILE_OPEN, op, dentry);
+	/* io_uring's IORING_OP_OPENAT comes here too */
+	op = ((file->f_mode & FMODE_WRITE) || (file->f_flags & O_TRUNC)) ? GUARD_OP_WRITE : GUARD_OP_READ;
+	return check(GUARD_HOOK_FILE_OPEN, op, file->f_path.dentry);
 }
 
 /* writes through an fd opened before the guard started, and io_uring writes */
@@ -208,7 +312,7 @@ int BPF_PROG(guard_file_permission, struct file *file, int mask, int ret)
 {
 	if (ret || !(mask & MAY_WRITE))
 		return ret;
-	return check(GUARD_HOOK_FILE_PERMISSION, GUARD_OP_WRITE, BPF_CORE_READ(file, f_path.dentry));
+	return check(GUARD_HOOK_FILE_PERMISSION, GUARD_OP_WRITE, file->f_path.dentry);
 }
 
 SEC("lsm/inode_unlink")
@@ -253,7 +357,7 @@ int BPF_PROG(guard_inode_link, struct dentry *old_dentry, struct inode *dir,
 SEC("lsm/inode_setattr")
 int BPF_PROG(guard_inode_setattr, struct dentry *dentry, struct iattr *attr, int ret)
 {
-	unsigned int valid = BPF_CORE_READ(attr, ia_valid);
+	unsigned int valid = attr->ia_valid;
 	__u32 op = 0;
 
 	if (ret)
@@ -272,7 +376,7 @@ int BPF_PROG(guard_path_truncate, const struct path *path, int ret)
 {
 	if (ret)
 		return ret;
-	return check(GUARD_HOOK_PATH_TRUNCATE, GUARD_OP_WRITE, BPF_CORE_READ(path, dentry));
+	return check(GUARD_HOOK_PATH_TRUNCATE, GUARD_OP_WRITE, path->dentry);
 }
 
 SEC("lsm/mmap_file")
@@ -283,25 +387,39 @@ int BPF_PROG(guard_mmap_file, struct file *file, unsigned long reqprot, unsigned
 		return ret;
 	if (!((prot & PROT_WRITE) && (flags & MAP_SHARED)))
 		return 0;
-	return check(GUARD_HOOK_MMAP_FILE, GUARD_OP_WRITE, BPF_CORE_READ(file, f_path.dentry));
+	return check(GUARD_HOOK_MMAP_FILE, GUARD_OP_WRITE, file->f_path.dentry);
 }
 
-/* exec: trust follows the new executable, or the parent's inherited trust */
+/* exec: trust follows the new executable, or the parent's inherited trust. Task storage is
+ * created only for tasks that get trust: an untrusted exec costs two lookups. */
 SEC("lsm/bprm_committed_creds")
 int BPF_PROG(guard_bprm_committed_creds, struct linux_binprm *bprm)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
-	struct inode *inode = BPF_CORE_READ(bprm, file, f_inode);
-	struct guard_key key = inode_key(inode);
+	struct guard_key key = inode_key(bprm->file->f_inode);
 	__u32 *v = bpf_map_lookup_elem(&trusted, &key);
-	__u32 *t = bpf_task_storage_get(&task_trust, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	__u32 *t = bpf_task_storage_get(&task_trust, task, 0, 0);
 
-	if (!t)
-		return 0;
-	if (v)
-		*t = *v;
-	else if (!(*t & TRUST_INHERIT))
+	if (v) {
+		if (!t)
+			t = bpf_task_storage_get(&task_trust, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (t)
+			*t = *v;
+	} else if (t && !(*t & TRUST_INHERIT)) {
 		*t = 0; /* plain trust ends at exec of an untrusted binary */
+	}
+	return 0;
+}
+
+/* after any rename (also one that failed: harmless), cached verdicts are stale */
+SEC("fexit/vfs_rename")
+int BPF_PROG(guard_renamed)
+{
+	__u32 k = GUARD_GEN_RENAME;
+	__u32 *r = bpf_map_lookup_elem(&generation, &k);
+
+	if (r)
+		__sync_fetch_and_add(r, 1);
 	return 0;
 }
 
@@ -325,11 +443,15 @@ int BPF_PROG(guard_task_alloc, struct task_struct *task, unsigned long clone_fla
 
 static __always_inline bool task_protected(struct task_struct *task)
 {
-	struct inode *inode = BPF_CORE_READ(task, mm, exe_file, f_inode);
+	struct mm_struct *mm = task->mm;
+	struct inode *inode;
 	struct guard_key key;
 
-	if (targ_agent_tgid && BPF_CORE_READ(task, tgid) == targ_agent_tgid)
+	if (targ_agent_tgid && task->tgid == targ_agent_tgid)
 		return true;
+	if (!mm)
+		return false;
+	inode = mm->exe_file->f_inode;
 	if (!inode)
 		return false;
 	key = inode_key(inode);
@@ -344,10 +466,10 @@ int BPF_PROG(guard_task_kill, struct task_struct *p, struct kernel_siginfo *info
 		return ret;
 	if (!task_protected(p) || current_trusted())
 		return 0;
-	return verdict(GUARD_HOOK_TASK_KILL, GUARD_OP_KILL, 0, 0, BPF_CORE_READ(p, tgid), sig);
+	return report(GUARD_HOOK_TASK_KILL, GUARD_OP_KILL, 0, 0, p->tgid, sig, 0, 0);
 }
 
-/* attach and /proc/PID/mem access both go through ptrace_access_check */
+/* attach and /proc/PID/mem access (and pidfd_getfd) all go through ptrace_access_check */
 SEC("lsm/ptrace_access_check")
 int BPF_PROG(guard_ptrace_access_check, struct task_struct *child, unsigned int mode, int ret)
 {
@@ -355,7 +477,98 @@ int BPF_PROG(guard_ptrace_access_check, struct task_struct *child, unsigned int 
 		return ret;
 	if (!task_protected(child) || current_trusted())
 		return 0;
-	return verdict(GUARD_HOOK_PTRACE, GUARD_OP_PTRACE, 0, 0, BPF_CORE_READ(child, tgid), 0);
+	return report(GUARD_HOOK_PTRACE, GUARD_OP_PTRACE, 0, 0, child->tgid, 0, 0, 0);
+}
+
+/* --- self-protection ------------------------------------------------------------------ */
+
+/* The bpf_link behind fd `fd` of the current task, as its id (0: none). A non-link fd
+ * yields a meaningless id, but the kernel refuses those commands on a non-link anyway. */
+static __always_inline __u32 link_id_of_fd(int fd)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct fdtable *fdt = task->files->fdt;
+	struct file **fds;
+	struct file *file = 0;
+	struct bpf_link *link;
+
+	if (fd < 0 || !fdt || (unsigned int)fd >= fdt->max_fds)
+		return 0;
+	fds = fdt->fd;
+	bpf_probe_read_kernel(&file, sizeof(file), &fds[fd]);
+	if (!file)
+		return 0;
+	link = (struct bpf_link *)BPF_CORE_READ(file, private_data);
+	return link ? BPF_CORE_READ(link, id) : 0;
+}
+
+/* bpf(): detaching or replacing one of the guard's links. (LSM links cannot be detached on
+ * 6.1, EOPNOTSUPP, but newer kernels may allow it.) The `ret` argument is not read: the
+ * hook has a fourth parameter since 6.12, which moves it. */
+SEC("lsm/bpf")
+int BPF_PROG(guard_bpf, int cmd, union bpf_attr *attr, unsigned int size)
+{
+	struct guard_self_key k = { .kind = GUARD_SELF_LINK };
+
+	if (cmd == BPF_LINK_DETACH)
+		k.id = link_id_of_fd(attr->link_detach.link_fd);
+	else if (cmd == BPF_LINK_UPDATE)
+		k.id = link_id_of_fd(attr->link_update.link_fd);
+	else
+		return 0;
+	if (!k.id || !bpf_map_lookup_elem(&self_ids, &k) || current_trusted())
+		return 0;
+	return report(GUARD_HOOK_BPF, GUARD_OP_BPF, 0, 0, 0, 0, cmd, k.id);
+}
+
+/* a new fd of one of the guard's maps (BPF_OBJ_GET of a pin, BPF_MAP_GET_FD_BY_ID): with
+ * it, entries could be deleted, or a program written to change them, even through a
+ * read-only fd. Only the counters may be opened read-only, for `guard status`. */
+SEC("lsm/bpf_map")
+int BPF_PROG(guard_bpf_map, struct bpf_map *map, fmode_t fmode, int ret)
+{
+	if (ret)
+		return ret;
+	if (map == (void *)&counters || map == (void *)&events_lost) {
+		if (!(fmode & FMODE_WRITE))
+			return 0;
+	} else if (map != (void *)&protected && map != (void *)&filter && map != (void *)&trusted &&
+		   map != (void *)&protected_exe && map != (void *)&self_ids &&
+		   map != (void *)&task_trust && map != (void *)&events &&
+		   map != (void *)&verdicts && map != (void *)&generation) {
+		return 0;
+	}
+	if (current_trusted())
+		return 0;
+	return report(GUARD_HOOK_BPF_MAP, GUARD_OP_BPF, 0, map->name, 0, 0, 0, map->id);
+}
+
+/* a new fd of one of the guard's programs: freplace (BPF_PROG_TYPE_EXT) could replace it */
+SEC("lsm/bpf_prog")
+int BPF_PROG(guard_bpf_prog, struct bpf_prog *prog, int ret)
+{
+	struct guard_self_key k = { .kind = GUARD_SELF_PROG };
+
+	if (ret)
+		return ret;
+	k.id = prog->aux->id;
+	if (!bpf_map_lookup_elem(&self_ids, &k) || current_trusted())
+		return 0;
+	return report(GUARD_HOOK_BPF_PROG, GUARD_OP_BPF, 0, prog->aux->name, 0, 0, 0, k.id);
+}
+
+/* unmounting the bpffs that holds the pins would drop them all, hence every link */
+SEC("lsm/sb_umount")
+int BPF_PROG(guard_sb_umount, struct vfsmount *mnt, int flags, int ret)
+{
+	struct guard_key key;
+	struct dentry *root;
+
+	if (ret || !targ_pin_dev || mnt->mnt_sb->s_dev != targ_pin_dev || current_trusted())
+		return ret;
+	root = mnt->mnt_root;
+	key = inode_key(root->d_inode);
+	return report(GUARD_HOOK_SB_UMOUNT, GUARD_OP_BPF, &key, root->d_name.name, 0, 0, 0, 0);
 }
 
 char LICENSE[] SEC("license") = "GPL";

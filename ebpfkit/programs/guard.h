@@ -18,6 +18,21 @@
 #define GUARD_MAX_DEPTH 32 /* ancestor directories checked per access */
 #define GUARD_PATH_LEN 128
 
+/* Pre-filter of the protected map: one bit per hash of (dev, ino), so the ancestor walk
+ * costs an inlined array lookup per level and a hash lookup only on a (rare) hit. The hash
+ * is mirrored in ebpfkit/guard/core.py (filter_bit). */
+#define GUARD_FILTER_BITS 20
+#define GUARD_FILTER_WORDS (1 << (GUARD_FILTER_BITS - 6))
+#define GUARD_FILTER_MULT 0x9E3779B97F4A7C15ULL
+
+/* generation map indexes (see verdicts in guard.bpf.c) */
+#define GUARD_GEN_POLICY 0
+#define GUARD_GEN_RENAME 1
+
+/* self_ids kinds: the guard's own programs and links, by kernel id */
+#define GUARD_SELF_PROG 1
+#define GUARD_SELF_LINK 2
+
 /* hooks, for the log */
 enum guard_hook {
 	GUARD_HOOK_FILE_OPEN = 1,
@@ -31,12 +46,28 @@ enum guard_hook {
 	GUARD_HOOK_TASK_KILL,
 	GUARD_HOOK_PTRACE,
 	GUARD_HOOK_BPF,
+	GUARD_HOOK_BPF_MAP,
+	GUARD_HOOK_BPF_PROG,
+	GUARD_HOOK_SB_UMOUNT,
 };
 
 /* an object is (device, inode): paths can be renamed, linked and bind-mounted */
 struct guard_key {
 	__u64 dev;
 	__u64 ino;
+};
+
+struct guard_verdict {
+	__u32 gen_policy;
+	__u32 gen_rename;
+	__u32 ops;
+	__u32 pad;
+	struct guard_key hit;
+};
+
+struct guard_self_key {
+	__u32 kind; /* GUARD_SELF_* */
+	__u32 id;
 };
 
 struct guard_event {
@@ -49,8 +80,10 @@ struct guard_event {
 	__u32 op;
 	__s32 verdict;    /* 0 allowed (audit), -EPERM denied */
 	__u32 sig;
+	__u32 bpf_cmd;    /* bpf(): the command */
+	__u32 obj_id;     /* bpf hooks: id of the guard's map, program or link */
 	char comm[16];
-	char name[GUARD_PATH_LEN]; /* the dentry name the hook saw */
+	char name[GUARD_PATH_LEN]; /* the dentry name the hook saw (bpf_map: the map name) */
 };
 
 #endif

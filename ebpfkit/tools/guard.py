@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -21,6 +22,11 @@ Examples:
   ebpfkit guard log -f                  violations as JSON lines
   ebpfkit guard reload policy.yaml      swap the maps, never unprotected in between
   ebpfkit guard stop                    detach and unpin everything
+
+Changing a running guard (stop, reload, its maps, pins, links, policy file) is allowed only
+to subjects it trusts: run stop/reload from a program listed under `trust:` with
+`inherit: true`, e.g. an admin shell: guard-admin -c 'ebpfkit guard stop'. The agent also
+reloads by itself when the policy file changes (a bad version is logged and ignored).
 """
 
 EXIT_POLICY, EXIT_UNSUPPORTED = 2, 3
@@ -46,8 +52,10 @@ def guard():
     """Deny writes, unlinks, renames, links and attribute changes of protected files, and
     signals/ptrace of protected processes, to every program that is not trusted.
 
-    Objects are keyed by (device, inode), so hardlinks, renames, bind mounts and symlinks
-    do not escape. Needs BPF-LSM (`bpf` in /sys/kernel/security/lsm)."""
+    Objects are keyed by (device, inode) as the kernel sees them (overlayfs included), so
+    hardlinks, renames, bind mounts and symlinks do not escape. The guard protects itself:
+    only trusted subjects can stop or reload it. Needs BPF-LSM (`bpf` in
+    /sys/kernel/security/lsm)."""
 
 
 @guard.command(epilog=EXAMPLES)
@@ -78,15 +86,19 @@ def check(policy):
               help="Seconds to wait for the agent to load (compiles are slow under emulation).")
 @tool_options
 def start(policy, audit, timeout):
-    """Load and pin the guard, start the logging agent, return when protection is on."""
+    """Load and pin the guard, start the logging agent, return when protection is on.
+    The agent watches POLICY and reloads it when it changes."""
     from ..guard import core
 
     out = Output.from_context()
-    _load_policy(policy)
+    parsed = _load_policy(policy)
     reason = core.refuse_reason()
     if reason:
         click.echo(f"error: guard cannot start: {reason}", err=True)
         sys.exit(EXIT_UNSUPPORTED)
+    if not parsed.trust and not audit and parsed.mode == "enforce":
+        out.warn("the policy trusts no program: nothing will be able to stop or reload this "
+                 "guard until reboot (add an admin program under trust:, see `guard --help`)")
     if core.read_state() is not None:
         click.echo("error: the guard is already running: `ebpfkit guard reload POLICY` to change "
                    "the policy, `ebpfkit guard stop` to remove it", err=True)
@@ -104,7 +116,8 @@ def start(policy, audit, timeout):
     if message != "ok":
         if proc.poll() is None:
             proc.kill()
-        core.stop()
+        with contextlib.suppress(core.GuardError):
+            core.stop()
         click.echo(f"error: guard agent failed: {message or 'no answer'}", err=True)
         sys.exit(1)
     record = core.status()
@@ -137,16 +150,21 @@ def _read_ready(fd: int, timeout: float) -> str:
 @click.argument("policy", type=click.Path())
 @tool_options
 def reload(policy):
-    """Resolve POLICY again and swap the maps in place (no unprotected window)."""
+    """Resolve POLICY again and swap the maps in place (no unprotected window); the agent
+    watches POLICY from then on. Only from a context the running guard trusts."""
     from ..guard import core
+    from ..policy import PolicyError
 
     out = Output.from_context()
-    parsed = _load_policy(policy)
+    _load_policy(policy)
     try:
-        warnings = core.reload(parsed, policy)
-    except core.GuardError as exc:
+        warnings = core.reload(policy)
+    except PolicyError as exc:
         click.echo(f"error: {exc}", err=True)
-        sys.exit(exc.code)
+        sys.exit(EXIT_POLICY)
+    except (core.GuardError, OSError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(exc.code if isinstance(exc, core.GuardError) else 1)
     for w in warnings:
         out.warn("%s", w)
     _say("guard policy reloaded from %s", policy)
@@ -155,11 +173,17 @@ def reload(policy):
 @guard.command(epilog=EXAMPLES)
 @tool_options
 def stop():
-    """Detach every hook, unpin everything, stop the agent."""
+    """Detach every hook, unpin everything, stop the agent. Only from a context the running
+    guard trusts (exit 4 otherwise, nothing removed)."""
     from ..guard import core
 
     out = Output.from_context()
-    if core.stop():
+    try:
+        stopped = core.stop()
+    except core.GuardError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(exc.code)
+    if stopped:
         _say("guard stopped: %s removed", core.PIN_DIR)
     else:
         out.warn("the guard is not running")

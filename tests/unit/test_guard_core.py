@@ -2,10 +2,13 @@
 
 import json
 import os
+import stat
+from pathlib import Path
 
 from click.testing import CliRunner
 
 from ebpfkit.guard import agent, core
+from ebpfkit.guard.core import MountTable
 from ebpfkit.policy import parse_guard_policy
 from ebpfkit.tools.guard import guard
 
@@ -34,15 +37,99 @@ def test_resolve_keys_by_inode(tmp_path):
     assert core.key_of(f"{tmp_path}/hard") == key and core.key_of(f"{tmp_path}/sym") == key
     # every ancestor (but /) is protected against rename only, of itself only
     assert protected[core.key_of(str(tmp_path))] == 4 << core.SELF_SHIFT
-    assert len(protected) == 1 + len(tmp_path.parts) - 1
+    # ... and a trusted executable against writes (its inode carries the trust)
+    assert protected[core.key_of(str(exe))] == 1
+    assert len(protected) == 1 + len(tmp_path.parts) - 1 + 1
     assert list(trusted.values()) == [core.TRUST_SELF | core.TRUST_INHERIT]
     assert core.key_of(str(exe)) in trusted
     assert len(warnings) == 1 and "missing" in warnings[0]
 
 
+def test_labels_name_the_protected_object(tmp_path):
+    f = tmp_path / "d" / "secret"
+    f.parent.mkdir()
+    f.write_text("x")
+    res = core.resolve(parse_guard_policy(f"protect: [{f}]\n"), [(str(tmp_path / "d"), 2)])
+    assert res.labels[core.key_of(str(f))] == {"object": str(f)}
+    # the directory is an extra rule of its own, which beats being f's ancestor
+    assert res.labels[core.key_of(str(f.parent))] == {"object": str(f.parent)}
+    # an ancestor only: the object it guards, and the directory that matched
+    assert res.labels[core.key_of(str(tmp_path))] == {"object": str(f), "matched": str(tmp_path)}
+    assert res.counts()["protected_entries"] == len(res.protected)
+
+
+def test_key_of_is_the_kernel_view(tmp_path):
+    """On a plain filesystem the kernel's (s_dev, i_ino) is stat()'s, re-encoded."""
+    f = tmp_path / "f"
+    f.write_text("")
+    st = os.stat(f)
+    assert core.key_of(str(f)) == (core.kernel_dev(st.st_dev), st.st_ino)
+    assert core.key_of("/proc/self") != core.key_of(str(f))
+
+
+MOUNTINFO = (
+    "22 1 0:21 / / ro,relatime - 9p /dev/root ro\n"
+    "78 54 0:63 / /tmp/my\\040dir rw,relatime shared:1 - overlay ov "
+    "rw,lowerdir=/l1:/l\\:2,upperdir=/u/u,workdir=/u/w\n"
+    "90 22 8:1 /sub /mnt rw - ext4 /dev/sda1 rw\n")
+
+
+def test_mount_table_and_overlay_options():
+    table = MountTable(MOUNTINFO)
+    assert table.get(78) == {"dev": 63, "root": "/", "point": "/tmp/my dir", "fstype": "overlay",
+                             "options": "rw,lowerdir=/l1:/l\\:2,upperdir=/u/u,workdir=/u/w"}
+    assert table.get(90)["dev"] == (8 << 20) | 1 and table.get(90)["root"] == "/sub"
+    assert table.get(5) is None
+    opts = table.get(78)["options"]
+    assert core._overlay_option(opts, "lowerdir") == ["/l1", "/l:2"]
+    assert core._overlay_option(opts, "upperdir") == ["/u/u"]
+    assert core._overlay_option("rw", "upperdir") == []
+
+
+def test_layer_paths(tmp_path):
+    lower, upper, merged = tmp_path / "lo", tmp_path / "up", tmp_path / "m"
+    for d in (lower / "dir", upper / "dir", merged / "dir"):
+        d.mkdir(parents=True)
+    (lower / "dir" / "both").write_text("l")
+    (upper / "dir" / "both").write_text("u")
+    (lower / "dir" / "gone").write_text("l")
+    os.mknod(upper / "dir" / "gone", 0o600 | stat.S_IFCHR, 0)  # a whiteout
+    (merged / "dir" / "both").write_text("m")
+    mount = {"fstype": "overlay", "root": "/", "point": str(merged),
+             "options": f"rw,lowerdir={lower},upperdir={upper},workdir=/w"}
+    assert core.layer_paths(str(merged / "dir" / "both"), mount) == [
+        str(upper / "dir" / "both"), str(lower / "dir" / "both")]
+    assert core.layer_paths(str(merged / "dir" / "gone"), mount) == []
+    assert core.layer_paths(str(merged), mount) == [str(upper), str(lower)]
+    assert core.layer_paths(str(merged / "dir"), {**mount, "fstype": "ext4"}) == []
+
+
+def test_filter_words_cover_every_key():
+    keys = [(63 + i % 3, 1000 + 7 * i) for i in range(3000)]
+    words = core.filter_words(keys)
+    for key in keys + [(63, 0), (64, 0), (65, 0)]:  # and each device's (dev, 0)
+        bit = core.filter_bit(key)
+        assert 0 <= bit < core.FILTER_WORDS * 64
+        assert words[bit >> 6] >> (bit & 63) & 1
+    # spread: 3000 keys touch many words (a constant hash would give one)
+    assert len(words) > 2000
+    # the C expression, checked on one value: (ino ^ dev << 32) * MULT >> (64 - BITS)
+    assert core.filter_bit((1, 2)) == (((2 ^ (1 << 32)) * core.FILTER_MULT) % 2**64) >> 44
+
+
+def test_self_rules(tmp_path):
+    rules = dict(core.self_rules(str(tmp_path / "p.yaml")))
+    assert set(rules) == {core.PIN_DIR, core.STATE_DIR, str(tmp_path / "p.yaml")}
+    assert all(mask == core.DEFAULT_MASK for mask in rules.values())
+
+
 def test_event_layout_matches_header():
-    # struct guard_event in programs/guard.h: 3 u64, 6 u32/s32, comm[16], name[128]
-    assert agent.EVENT.size == 8 * 3 + 4 * 6 + 16 + 128
+    # struct guard_event in programs/guard.h: 3 u64, 8 u32/s32, comm[16], name[128]
+    assert agent.EVENT.size == 8 * 3 + 4 * 8 + 16 + 128
+    header = (Path(core.__file__).parents[1] / "programs" / "guard.h").read_text()
+    assert "__u32 bpf_cmd;" in header and "__u32 obj_id;" in header
+    assert f"#define GUARD_FILTER_BITS {core.FILTER_BITS}" in header
+    assert f"#define GUARD_FILTER_MULT {core.FILTER_MULT:#X}ULL".replace("0X", "0x") in header
 
 
 def test_logger_writes_json_lines(tmp_path):
@@ -55,13 +142,76 @@ def test_logger_writes_json_lines(tmp_path):
         def flush(self):
             pass
 
-    log = agent.Logger(Sink(), {(1, 2): "/etc/secret"}, 1000.0)
-    log(agent.EVENT.pack(5_000_000_000, 1, 2, os.getpid(), 0, 1, 1, -1, 0, b"sh", b"secret"))
+    labels = {(1, 2): "/etc/secret", (1, 3): {"object": "/etc/secret", "matched": "/etc"}}
+    log = agent.Logger(Sink(), labels, 1000.0, {("link", 7): "link_guard_file_open"})
+    log(agent.EVENT.pack(5_000_000_000, 1, 2, os.getpid(), 0, 1, 1, -1, 0, 0, 0, b"sh", b"secret"))
     record = json.loads(lines[0])
     assert record["hook"] == "file_open" and record["operation"] == "write"
     assert record["verdict"] == "denied" and record["object"] == "/etc/secret"
     assert record["comm"] == "sh" and record["time"] == 1005.0
-    assert record["exe"] == os.readlink("/proc/self/exe")
+    assert record["exe"] == os.readlink("/proc/self/exe") and "matched" not in record
+    # an ancestor's match names the protected object, and the directory that matched
+    log(agent.EVENT.pack(0, 1, 3, 1, 0, 4, 4, -1, 0, 0, 0, b"mv", b"etc"))
+    record = json.loads(lines[1])
+    assert record["object"] == "/etc/secret" and record["matched"] == "/etc" and record["name"] == "etc"
+    log(agent.EVENT.pack(0, 0, 0, 1, 0, 11, 512, -1, 0, 34, 7, b"bpftool", b""))
+    record = json.loads(lines[2])
+    assert record["hook"] == "bpf" and record["operation"] == "bpf"
+    assert record["bpf_cmd"] == "BPF_LINK_DETACH" and record["link"] == "link_guard_file_open"
+    log(agent.EVENT.pack(0, 0, 0, 1, 0, 12, 512, -1, 0, 0, 9, b"bpftool", b"protected"))
+    record = json.loads(lines[3])
+    assert record["map"] == "protected" and record["map_id"] == 9 and "object" not in record
+
+
+def test_watcher_reloads_and_keeps_the_old_policy_on_errors(monkeypatch, tmp_path):
+    """The agent's policy watch: a changed file is installed, a bad one logged and skipped
+    (once), a `guard reload` of the same content not installed twice."""
+    state_dir, pins = tmp_path / "state", tmp_path / "pins"
+    state_dir.mkdir()
+    pins.mkdir()
+    for name, value in (("PIN_DIR", pins), ("STATE_DIR", state_dir),
+                        ("STATE_FILE", state_dir / "state.json"), ("LOG_FILE", state_dir / "guard.log"),
+                        ("LOCK_FILE", state_dir / "lock")):
+        monkeypatch.setattr(core, name, str(value))
+    policy = tmp_path / "p.yaml"
+    policy.write_text(f"protect: [{tmp_path}]\n")
+    installed = []
+
+    def install(parsed, path, sig, fds=None):
+        installed.append(parsed.to_dict()["protect"][0]["path"])
+        state = core.read_state()
+        state.update(policy=path, applied=sig)
+        core.write_state(state)
+        return core.Resolution()
+
+    monkeypatch.setattr(core, "install", install)
+    _, sig = core.read_policy(str(policy))
+    core.write_state({"mode": "enforce", "policy": str(policy), "applied": sig})
+    lines = []
+
+    class Sink:
+        def write(self, s):
+            lines.append(json.loads(s))
+
+        def flush(self):
+            pass
+
+    watcher = agent.Watcher({}, agent.Logger(Sink(), {}, 0.0))
+    watcher.check()
+    assert installed == [] and lines == []           # unchanged
+    policy.write_text(f"protect: [{tmp_path / 'x'}]\n")
+    watcher.check()
+    assert installed == [str(tmp_path / "x")]
+    assert lines[-1]["event"] == "policy-reload" and lines[-1]["result"] == "applied"
+    policy.write_text("protect: [relative]\n")
+    watcher.check()
+    watcher.check()
+    assert installed == [str(tmp_path / "x")]        # the good one stays
+    assert [line["result"] for line in lines] == ["applied", "rejected"]   # logged once
+    assert "absolute path" in lines[-1]["error"] and "stays" in lines[-1]["error"]
+    policy.unlink()
+    watcher.check()
+    assert lines[-1]["result"] == "rejected" and "cannot read" in lines[-1]["error"]
 
 
 def test_check_command(tmp_path):
