@@ -132,6 +132,20 @@ def run_in_vm(script: Path, argv: list, kernel: str | None, timeout: float) -> i
     return subprocess.run(cmd, cwd=REPO, stdin=subprocess.DEVNULL).returncode
 
 
+def build_c(source: str | Path, exe: Path) -> Path | None:
+    """Compile a benchmark's C loop (``source``: a path, or the text itself) with gcc -O2;
+    None when there is no C compiler."""
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if not cc:
+        return None
+    if not isinstance(source, Path):
+        path = exe.with_suffix(".c")
+        path.write_text(source)
+        source = path
+    subprocess.run([cc, "-O2", "-o", str(exe), str(source)], check=True)
+    return exe
+
+
 def preflight() -> str | None:
     """Why the benchmarks cannot run here at all, or None."""
     if os.geteuid() != 0:

@@ -39,7 +39,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO))
-from _common import in_vm  # noqa: E402
+from _common import build_c, in_vm  # noqa: E402
 
 TARGET = 1.03
 MODES = [("audit", 10), ("enforce", 10), ("audit", 1000), ("enforce", 1000)]
@@ -117,9 +117,9 @@ int main(int argc, char **argv)
 
 
 def build_loop(workdir: Path) -> Path:
-    src, exe = workdir / "guardloop.c", workdir / "guardloop"
-    src.write_text(LOOP_C)
-    subprocess.run(["gcc", "-O2", "-o", str(exe), str(src)], check=True)
+    exe = build_c(LOOP_C, workdir / "guardloop")
+    if exe is None:
+        raise SystemExit("no C compiler: apt-get install gcc (or scripts/setup.sh --bench)")
     return exe
 
 

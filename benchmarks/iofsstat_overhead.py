@@ -34,7 +34,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
-from _common import BCC_PYTHON, foreign_syscall_hooks, in_vm, run_in_vm  # noqa: E402
+from _common import BCC_PYTHON, build_c, foreign_syscall_hooks, in_vm, run_in_vm  # noqa: E402
 
 TARGET = 1.05
 VM_OPS = 100_000  # default --ops in the VM: emulated syscalls are ~10x slower
@@ -121,9 +121,9 @@ int main(int argc, char **argv)
 
 
 def build(workdir: Path) -> Path:
-    src, exe = workdir / "iofs_loop.c", workdir / "iofs_loop"
-    src.write_text(LOOP_C)
-    subprocess.run(["gcc", "-O2", "-o", str(exe), str(src)], check=True)
+    exe = build_c(LOOP_C, workdir / "iofs_loop")
+    if exe is None:
+        raise SystemExit("no C compiler: apt-get install gcc (or scripts/setup.sh --bench)")
     return exe
 
 

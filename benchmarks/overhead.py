@@ -32,7 +32,7 @@ from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (BCC_SOURCES, BPFTRACE_SOURCES, EBPFKIT_SOURCES, HERE, Launched, StartError,  # noqa: E402
-                     bcc_tool, bpftrace_tool, ebpfkit_feature, ebpfkit_tool, foreign_syscall_hooks, in_vm,
+                     bcc_tool, bpftrace_tool, build_c, ebpfkit_feature, ebpfkit_tool, foreign_syscall_hooks, in_vm,
                      median, preflight, run_in_vm)
 
 WAYS = ("bare", "ebpfkit tp", "ebpfkit raw_tp", "ebpfkit fentry", "BCC", "bpftrace")
@@ -97,12 +97,8 @@ class Overhead:
         return tool.argv + [str(source)], tool.env, None
 
     def build_loop(self) -> str | None:
-        gcc = shutil.which("gcc") or shutil.which("cc")
-        if not gcc:
-            return None
-        binary = str(self.work / "loop")
-        subprocess.run([gcc, "-O2", "-o", binary, str(HERE / "loop.c")], check=True)
-        return binary
+        binary = build_c(HERE / "loop.c", self.work / "loop")
+        return str(binary) if binary else None
 
     def loop(self, mode: str, n: int) -> float:
         out = subprocess.run([self.binary, mode, str(n), str(BATCHES)], capture_output=True, text=True, check=True)

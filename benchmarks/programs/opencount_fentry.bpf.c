@@ -17,24 +17,12 @@
 #error "add this architecture's openat syscall function"
 #endif
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 10240);
-	__type(key, __u32);   /* tgid */
-	__type(value, __u64); /* openat calls */
-} counts SEC(".maps");
+#include "opencount.h"
 
 SEC("fentry/" OPENAT_FUNC)
 int BPF_PROG(opencount_fentry)
 {
-	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	__u64 one = 1, *n;
-
-	n = bpf_map_lookup_elem(&counts, &tgid);
-	if (n)
-		__sync_fetch_and_add(n, 1);
-	else
-		bpf_map_update_elem(&counts, &tgid, &one, BPF_NOEXIST);
+	count_open();
 	return 0;
 }
 

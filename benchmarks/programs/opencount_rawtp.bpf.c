@@ -14,27 +14,13 @@
 #error "add this architecture's __NR_openat"
 #endif
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 10240);
-	__type(key, __u32);   /* tgid */
-	__type(value, __u64); /* openat calls */
-} counts SEC(".maps");
+#include "opencount.h"
 
 SEC("raw_tp/sys_enter")
 int BPF_PROG(opencount_raw, struct pt_regs *regs, long id)
 {
-	__u32 tgid;
-	__u64 one = 1, *n;
-
-	if (id != NR_openat)
-		return 0;
-	tgid = bpf_get_current_pid_tgid() >> 32;
-	n = bpf_map_lookup_elem(&counts, &tgid);
-	if (n)
-		__sync_fetch_and_add(n, 1);
-	else
-		bpf_map_update_elem(&counts, &tgid, &one, BPF_NOEXIST);
+	if (id == NR_openat)
+		count_open();
 	return 0;
 }
 
