@@ -73,7 +73,9 @@ fi
 extras="notebook"
 [ "$want_test" = 1 ] && extras="test,notebook"
 echo "== installing ebpfkit[$extras] into .venv"
-.venv/bin/pip install -q --disable-pip-version-check -e ".[$extras]"
+# compat mode: the editable install is a plain path in a .pth file; the default mode's
+# import-hook finder costs every `ebpfkit` start ~15-20 ms of imports (pathlib, re, ...)
+.venv/bin/pip install -q --disable-pip-version-check -e ".[$extras]" --config-settings editable_mode=compat
 # an editable install leaves byte-compiling to the first run (or to nobody, under
 # PYTHONDONTWRITEBYTECODE); do it now, as a regular install would, for fast starts
 .venv/bin/python -m compileall -q -j 0 ebpfkit >/dev/null
