@@ -229,7 +229,10 @@ def run(cgroup, ports, ipv6, skb_verdict, max_sockets, interval, count):
 @tool_options
 def bench(duration, rounds, only):
     """Plain TCP vs a minimal sockops+sk_msg sample vs ebpfkit, side by side, in a fresh child
-    cgroup: sockperf TCP ping-pong latency, iperf3 throughput, nginx load balancer + wrk."""
+    cgroup: sockperf TCP ping-pong latency (client and server on one CPU; and, for
+    information, on any CPU), iperf3 throughput, nginx load balancer + wrk. Where the
+    FIONREAD/epoll workaround is attached, latency is also measured without it (NO-SKB):
+    the like-for-like match for the sample, which has none."""
     from ..sockmap.bench import run_bench
     from ..sockmap.cgroups import require_privileges
 
