@@ -132,11 +132,13 @@ def run_in_vm(script: Path, argv: list, kernel: str | None, timeout: float) -> i
     return subprocess.run(cmd, cwd=REPO, stdin=subprocess.DEVNULL).returncode
 
 
-def build_c(source: str | Path, exe: Path) -> Path | None:
-    """Compile a benchmark's C loop (``source``: a path, or the text itself) with gcc -O2;
-    None when there is no C compiler."""
+def build_c(source: str | Path, exe: Path, required: bool = True) -> Path | None:
+    """Compile a benchmark's C loop (``source``: a path, or the text itself) with gcc -O2.
+    Without a C compiler: exit saying how to get one, or (not ``required``) None."""
     cc = shutil.which("gcc") or shutil.which("cc")
     if not cc:
+        if required:
+            raise SystemExit("no C compiler: apt-get install gcc (or scripts/setup.sh --bench)")
         return None
     if not isinstance(source, Path):
         path = exe.with_suffix(".c")

@@ -302,3 +302,64 @@ def child_cgroup(request):
     """A child cgroup v2 (ChildCgroup), emptied and removed after the test."""
     with ChildCgroup(_purpose(request)) as cg:
         yield cg
+
+
+# --- a running `ebpfkit iofsstat`, shared by the host and the VM tests ---------------------
+
+class IofsstatRun:
+    """`ebpfkit -v --format json iofsstat ARGS INTERVAL` in a subprocess, ready once its
+    banner is out; each JSON line it prints is an interval. ``timeout`` bounds each wait
+    (long under emulation)."""
+
+    def __init__(self, *args: str, interval: str = "0.3", timeout: float = 10.0):
+        import queue
+        import sys
+        import threading
+
+        self.timeout = timeout
+        env = dict(os.environ, NO_COLOR="1")
+        self.proc = subprocess.Popen([sys.executable, "-m", "ebpfkit", "-v", "--format", "json",
+                                      "iofsstat", *args, interval],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        self.lines: queue.Queue = queue.Queue()
+        self.stderr: list[str] = []
+        self.intervals: list[dict] = []
+        threading.Thread(target=self._read_stdout, daemon=True).start()
+        for line in self.proc.stderr:  # started (and attached) once the banner is out
+            self.stderr.append(line)
+            if "Hit Ctrl-C" in line:
+                break
+        else:
+            self.proc.wait()
+            raise AssertionError(f"iofsstat did not start (exit {self.proc.returncode}): "
+                                 f"{''.join(self.stderr)}")
+
+    def _read_stdout(self):
+        for line in self.proc.stdout:
+            self.lines.put(line)
+
+    def stop(self) -> list[dict]:
+        """After the caller's IO: wait for two more intervals (the one in progress holds the
+        last IO), then stop it; returns every interval."""
+        import json
+        import signal
+
+        for _ in range(2):
+            self.intervals.append(json.loads(self.lines.get(timeout=self.timeout)))
+        self.proc.send_signal(signal.SIGTERM)  # SIGINT is ignored when the run is backgrounded
+        self.proc.wait(timeout=max(15.0, self.timeout))
+        self.stderr.append(self.proc.stderr.read())
+        while not self.lines.empty():
+            self.intervals.append(json.loads(self.lines.get()))
+        return self.intervals
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture(scope="session")
+def iofsstat_run():
+    """The IofsstatRun class (a fixture, so module-scoped fixtures can use it too)."""
+    return IofsstatRun

@@ -5,13 +5,9 @@ and /proc/diskstats read around the tool's own reads."""
 
 from __future__ import annotations
 
-import json
 import os
-import queue
-import signal
 import subprocess
 import sys
-import threading
 import time
 from contextlib import ExitStack, contextmanager
 
@@ -125,58 +121,17 @@ def workload(files, cgroup=None):
             w.proc.wait()
 
 
-class Tool:
-    """`ebpfkit -v --format json iofsstat ARGS 0.3` in a subprocess: started, ready once its
-    banner is out, stopped (SIGTERM) after its next intervals; each JSON line is an interval."""
-
-    def __init__(self, *args: str):
-        env = dict(os.environ, NO_COLOR="1")
-        self.proc = subprocess.Popen([sys.executable, "-m", "ebpfkit", "-v", "--format", "json",
-                                      "iofsstat", *args, "0.3"],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-        self.lines: queue.Queue = queue.Queue()
-        self.stderr: list[str] = []
-        threading.Thread(target=self._read_stdout, daemon=True).start()
-        for line in self.proc.stderr:
-            self.stderr.append(line)
-            if "Hit Ctrl-C" in line:
-                break
-        else:
-            raise AssertionError(f"iofsstat did not start: {''.join(self.stderr)}")
-        self.intervals: list[dict] = []
-
-    def _read_stdout(self):
-        for line in self.proc.stdout:
-            self.lines.put(line)
-
-    def stop(self) -> list[dict]:
-        """After the caller's IO: wait for two more intervals (the one in progress holds the
-        last IO), then stop it; returns every interval."""
-        self._take(2)
-        self.proc.send_signal(signal.SIGTERM)  # SIGINT is ignored when the run is backgrounded
-        self.proc.wait(timeout=15)
-        self.stderr.append(self.proc.stderr.read())
-        while not self.lines.empty():
-            self.intervals.append(json.loads(self.lines.get()))
-        return self.intervals
-
-    def _take(self, n):
-        for _ in range(n):
-            self.intervals.append(json.loads(self.lines.get(timeout=10)))
-
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-
-@contextmanager
-def tool(*args):
-    t = Tool(*args)
-    try:
-        yield t
-    finally:
-        t.kill()
+@pytest.fixture
+def tool(iofsstat_run):
+    """tool(*ARGS): a context manager running iofsstat ARGS at 0.3 s intervals."""
+    @contextmanager
+    def start(*args):
+        t = iofsstat_run(*args)
+        try:
+            yield t
+        finally:
+            t.kill()
+    return start
 
 
 def rows(intervals, view):
@@ -195,7 +150,7 @@ def within(value, expected, tolerance=0.02):
 
 # --- tests -------------------------------------------------------------------------------
 
-def test_files_full_paths_inodes_and_bytes_of_a_process(ext4_loop):
+def test_files_full_paths_inodes_and_bytes_of_a_process(ext4_loop, tool):
     with made_files(ext4_loop) as files, workload(files) as w:
         with tool("--disk", ext4_loop.name) as t:
             w.round()
@@ -229,7 +184,7 @@ def test_files_full_paths_inodes_and_bytes_of_a_process(ext4_loop):
         assert sum(r["read_bytes"] for r in bio) >= READ_MIB * MIB * 0.98
 
 
-def test_container_and_pid_filters(ext4_loop):
+def test_container_and_pid_filters(ext4_loop, tool):
     with ExitStack() as stack:
         parent = stack.enter_context(ChildCgroup("iofsstat"))
         scope = os.path.join(parent.path, "system.slice", f"docker-{CONTAINER_ID}.scope")
@@ -259,7 +214,7 @@ def test_container_and_pid_filters(ext4_loop):
         assert within(sums["read_bytes"], READ_MIB * MIB)
 
 
-def test_paths_too_deep_for_bpf_come_from_proc(ext4_loop):
+def test_paths_too_deep_for_bpf_come_from_proc(ext4_loop, tool):
     """Deeper than the BPF walk goes: the path comes from /proc/PID/fd while the file is open."""
     deep = ext4_loop.mountpoint.joinpath(*["d"] * 60)
     deep.mkdir(parents=True)
@@ -282,7 +237,7 @@ def test_paths_too_deep_for_bpf_come_from_proc(ext4_loop):
     assert sums["read_bytes"] == MIB and mine[0]["inode"] == os.stat(target).st_ino
 
 
-def test_disk_view_matches_diskstats_deltas(ext4_loop):
+def test_disk_view_matches_diskstats_deltas(ext4_loop, tool):
     """The tool's counts for the loop device equal /proc/diskstats deltas: the test reads
     diskstats just before and just after each of the tool's reads, and trusts an interval only
     when nothing moved in between (ext4's journal may write at any moment)."""

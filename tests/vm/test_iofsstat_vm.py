@@ -9,14 +9,9 @@ inode) the kernel sees is what os.stat() says (the guest's /tmp is an overlay, w
 
 from __future__ import annotations
 
-import json
 import os
-import queue
 import shutil
-import signal
 import subprocess
-import sys
-import threading
 from dataclasses import dataclass, field
 
 import pytest
@@ -216,48 +211,8 @@ class Run:
         return {k: sum(r[k] for r in rows) for k in ("reads", "writes", "read_bytes", "write_bytes")}
 
 
-class Tool:
-    """`ebpfkit -v --format json iofsstat 1` in a subprocess; every JSON line is an interval."""
-
-    def __init__(self):
-        env = dict(os.environ, NO_COLOR="1")
-        self.proc = subprocess.Popen([sys.executable, "-m", "ebpfkit", "-v", "--format", "json", "iofsstat", "1"],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-        self.lines: queue.Queue = queue.Queue()
-        self.stderr: list[str] = []
-        threading.Thread(target=self._read_stdout, daemon=True).start()
-        for line in self.proc.stderr:  # started (and attached) once the banner is out
-            self.stderr.append(line)
-            if "Hit Ctrl-C" in line:
-                break
-        else:
-            self.proc.wait()
-            raise AssertionError(f"iofsstat did not start (exit {self.proc.returncode}): {''.join(self.stderr)}")
-        self.intervals: list[dict] = []
-
-    def _read_stdout(self):
-        for line in self.proc.stdout:
-            self.lines.put(line)
-
-    def stop(self) -> list[dict]:
-        """After the IO: two more intervals (the one in progress holds the last IO), then stop."""
-        for _ in range(2):
-            self.intervals.append(json.loads(self.lines.get(timeout=60)))
-        self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(timeout=60)
-        self.stderr.append(self.proc.stderr.read())
-        while not self.lines.empty():
-            self.intervals.append(json.loads(self.lines.get()))
-        return self.intervals
-
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
+def run(tmp_path_factory, iofsstat_run):
     work = tmp_path_factory.mktemp("iofsstat-vm")
     helper = work / "iofs_work"
     (work / "iofs_work.c").write_text(HELPER_C)
@@ -281,7 +236,7 @@ def run(tmp_path_factory):
                       "uring-write", files["uring_out"], URING_WRITE_BYTES],
         }
         result = Run()
-        tool = Tool()
+        tool = iofsstat_run(interval="1", timeout=60.0)
         try:
             for name, plan in plans.items():
                 proc = subprocess.Popen([str(helper), *map(str, plan)], stdout=subprocess.PIPE,
