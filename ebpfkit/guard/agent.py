@@ -124,7 +124,7 @@ def start(policy_path: str, audit: bool):
     try:
         text, sig = core.read_policy(policy_path)
     except OSError as exc:
-        raise PolicyError(f"cannot read the policy: {exc}", None, policy_path) from None
+        raise PolicyError(f"cannot read the policy: {exc.strerror or exc}", None, policy_path) from None
     policy = parse_guard_policy(text, policy_path)
     mode = "audit" if audit else policy.mode
     directory = mounts.pin_dir(core.TOOL)

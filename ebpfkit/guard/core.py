@@ -30,6 +30,7 @@ import struct
 import time
 
 from ..engine import _libbpf as L
+from ..errors import EbpfkitError
 from ..engine import features, mounts
 from ..engine.maps import possible_cpu_count
 from ..policy import OPERATIONS, GuardPolicy
@@ -62,12 +63,12 @@ TRUST_HINT = ("run it from a program the running policy trusts, e.g. a copy of a
               "'ebpfkit guard stop'` (see README, guard)")
 
 
-class GuardError(Exception):
+class GuardError(EbpfkitError):
     """A user-facing failure; ``code`` is the exit status."""
 
     def __init__(self, message: str, code: int = 1):
         super().__init__(message)
-        self.code = code
+        self.code = self.exit_code = code
 
 
 def kernel_dev(st_dev: int) -> int:

@@ -177,6 +177,8 @@ def load_guard_policy(path: str) -> GuardPolicy:
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PolicyError(f"cannot read the policy: {exc}", None, path) from None
+    except OSError as exc:
+        raise PolicyError(f"cannot read the policy: {exc.strerror or exc}", None, path) from None
+    except UnicodeDecodeError:
+        raise PolicyError("cannot read the policy: not UTF-8 text", None, path) from None
     return parse_guard_policy(text, path)

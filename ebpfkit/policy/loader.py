@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import yaml
 
+from ..errors import EbpfkitError
 
-class PolicyError(ValueError):
-    """A policy that cannot be used; ``line`` is 1-based (None when unknown)."""
+
+class PolicyError(EbpfkitError, ValueError):
+    """A policy that cannot be used; ``line`` is 1-based (None when unknown). Exit 2, as
+    for any bad input."""
+
+    exit_code = 2
 
     def __init__(self, message: str, line: int | None = None, source: str = "<policy>"):
         self.message, self.line, self.source = message, line, source

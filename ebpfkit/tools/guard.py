@@ -11,6 +11,7 @@ import time
 
 import click
 
+from ..errors import EbpfkitError, NotSupportedError
 from ..output import Output, tool_options
 
 EXAMPLES = """\b
@@ -29,8 +30,6 @@ to subjects it trusts: run stop/reload from a program listed under `trust:` with
 reloads by itself when the policy file changes (a bad version is logged and ignored).
 """
 
-EXIT_POLICY, EXIT_UNSUPPORTED = 2, 3
-
 
 def _say(msg: str, *args) -> None:
     """A command's result, on stdout (out.info is diagnostics, hidden by default)."""
@@ -38,13 +37,9 @@ def _say(msg: str, *args) -> None:
 
 
 def _load_policy(path: str):
-    from ..policy import PolicyError, load_guard_policy
+    from ..policy import load_guard_policy
 
-    try:
-        return load_guard_policy(path)
-    except PolicyError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(EXIT_POLICY)
+    return load_guard_policy(path)  # PolicyError: exit 2 with the file and line
 
 
 @click.group(epilog=EXAMPLES)
@@ -94,15 +89,14 @@ def start(policy, audit, timeout):
     parsed = _load_policy(policy)
     reason = core.refuse_reason()
     if reason:
-        click.echo(f"error: guard cannot start: {reason}", err=True)
-        sys.exit(EXIT_UNSUPPORTED)
+        raise NotSupportedError("bpf-lsm", f"guard cannot start: {reason}")
     if not parsed.trust and not audit and parsed.mode == "enforce":
         out.warn("the policy trusts no program: nothing will be able to stop or reload this "
                  "guard until reboot (add an admin program under trust:, see `guard --help`)")
     if core.read_state() is not None:
-        click.echo("error: the guard is already running: `ebpfkit guard reload POLICY` to change "
-                   "the policy, `ebpfkit guard stop` to remove it", err=True)
-        sys.exit(1)
+        raise EbpfkitError("the guard is already running",
+                           hint="`ebpfkit guard reload POLICY` to change the policy, "
+                                "`ebpfkit guard stop` to remove it")
     read_fd, write_fd = os.pipe()
     cmd = [sys.executable, "-m", "ebpfkit.guard.agent", os.path.abspath(policy), "--ready-fd", str(write_fd)]
     if audit:
@@ -118,8 +112,8 @@ def start(policy, audit, timeout):
             proc.kill()
         with contextlib.suppress(core.GuardError):
             core.stop()
-        click.echo(f"error: guard agent failed: {message or 'no answer'}", err=True)
-        sys.exit(1)
+        raise EbpfkitError(f"guard agent failed: {message or 'no answer'}",
+                           hint=f"its output is in {core.STATE_DIR}/agent.err")
     record = core.status()
     if out.format == "json":
         out.document(record)
@@ -153,18 +147,10 @@ def reload(policy):
     """Resolve POLICY again and swap the maps in place (no unprotected window); the agent
     watches POLICY from then on. Only from a context the running guard trusts."""
     from ..guard import core
-    from ..policy import PolicyError
 
     out = Output.from_context()
     _load_policy(policy)
-    try:
-        warnings = core.reload(policy)
-    except PolicyError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(EXIT_POLICY)
-    except (core.GuardError, OSError) as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(exc.code if isinstance(exc, core.GuardError) else 1)
+    warnings = core.reload(policy)  # PolicyError (exit 2), GuardError (exit 4 if untrusted)
     for w in warnings:
         out.warn("%s", w)
     _say("guard policy reloaded from %s", policy)
@@ -178,11 +164,7 @@ def stop():
     from ..guard import core
 
     out = Output.from_context()
-    try:
-        stopped = core.stop()
-    except core.GuardError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(exc.code)
+    stopped = core.stop()  # GuardError (exit 4) from an untrusted subject, nothing removed
     if stopped:
         _say("guard stopped: %s removed", core.PIN_DIR)
     else:

@@ -5,12 +5,12 @@ import os
 import stat
 from pathlib import Path
 
-from click.testing import CliRunner
 
+from ebpfkit.cli import cli
 from ebpfkit.guard import agent, core
 from ebpfkit.guard.core import MountTable
+from ebpfkit.output.errors import invoke_cli
 from ebpfkit.policy import parse_guard_policy
-from ebpfkit.tools.guard import guard
 
 
 def test_kernel_dev_encoding():
@@ -214,18 +214,26 @@ def test_watcher_reloads_and_keeps_the_old_policy_on_errors(monkeypatch, tmp_pat
     assert lines[-1]["result"] == "rejected" and "cannot read" in lines[-1]["error"]
 
 
-def test_check_command(tmp_path):
+def check(path, capsys) -> tuple[int, str]:
+    """`ebpfkit guard check PATH` through the CLI's error layer: (exit code, all output)."""
+    code = invoke_cli(cli, ["guard", "check", str(path)])
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+def test_check_command(tmp_path, capsys):
     good = tmp_path / "good.yaml"
     good.write_text(f"protect: [{tmp_path}]\n")
-    result = CliRunner().invoke(guard, ["check", str(good)])
-    assert result.exit_code == 0 and "valid" in result.output
+    code, output = check(good, capsys)
+    assert code == 0 and "valid" in output
     bad = tmp_path / "bad.yaml"
     bad.write_text("protect:\n  - path: /a\n    deny: [wrte]\n")
-    result = CliRunner().invoke(guard, ["check", str(bad)])
-    assert result.exit_code == 2
-    assert f"{bad}:3: unknown operation 'wrte'" in result.output
-    missing = CliRunner().invoke(guard, ["check", str(tmp_path / "nope.yaml")])
-    assert missing.exit_code == 2 and "cannot read" in missing.output
+    code, output = check(bad, capsys)
+    assert code == 2
+    assert f"Error: {bad}:3: unknown operation 'wrte'" in output
+    code, output = check(tmp_path / "nope.yaml", capsys)
+    assert code == 2 and "cannot read the policy: No such file or directory" in output
+    assert "Traceback" not in output and "[Errno" not in output
 
 
 def test_status_when_stopped(monkeypatch, tmp_path):
