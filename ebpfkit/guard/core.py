@@ -57,6 +57,7 @@ FILTER_WORDS = 1 << (FILTER_BITS - 6)
 
 DEFAULT_MASK = sum(OPERATIONS[op] for op in ("write", "unlink", "rename", "link", "setattr"))
 EXIT_DENIED = 4  # not enough privilege (the CLI's convention)
+DIR_WALK_LIMIT = 200_000  # files looked at per protected directory for hardlinked ones
 
 TRUST_HINT = ("run it from a program the running policy trusts, e.g. a copy of a shell listed "
               "under `trust:` with `inherit: true`: `/usr/local/sbin/guard-admin -c "
@@ -263,6 +264,8 @@ def resolve(policy: GuardPolicy, extra: list[tuple[str, int]] = ()) -> Resolutio
                 lkey = key_of(layer, table)
                 res.protected[lkey] = res.protected.get(lkey, 0) | mask
                 label(lkey, priority, path, layer)
+        if os.path.isdir(path):
+            linked_below(path, mask, priority)
         # its ancestors cannot be renamed (that would move it out of reach of its path)
         parent = os.path.dirname(os.path.realpath(path))
         while parent != "/" and parent not in ancestors:  # above a seen one: all seen
@@ -272,6 +275,26 @@ def resolve(policy: GuardPolicy, extra: list[tuple[str, int]] = ()) -> Resolutio
                 res.protected[akey] = res.protected.get(akey, 0) | (OPERATIONS["rename"] << SELF_SHIFT)
                 label(akey, 3, path, parent)
             parent = os.path.dirname(parent)
+
+    def linked_below(directory, mask, priority):
+        # A file below a protected directory is found by walking the hook's dentry up to
+        # it, which a hardlink living elsewhere never reaches: such files (more than one
+        # link) are keyed themselves.
+        seen = 0
+        for root, _dirs, files in os.walk(directory):
+            seen += len(files)
+            if seen > DIR_WALK_LIMIT:
+                res.warnings.append(f"{directory}: more than {DIR_WALK_LIMIT} files; hardlinks to "
+                                    f"files below the first {DIR_WALK_LIMIT} from outside it are not covered")
+                return
+            for name in files:
+                full = os.path.join(root, name)
+                with contextlib.suppress(OSError):
+                    st = os.lstat(full)
+                    if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+                        k = key_of(full, table)
+                        res.protected[k] = res.protected.get(k, 0) | mask
+                        label(k, priority, directory, full)
 
     def add(table_, path, value):
         try:

@@ -45,6 +45,20 @@ def test_resolve_keys_by_inode(tmp_path):
     assert len(warnings) == 1 and "missing" in warnings[0]
 
 
+def test_hardlinked_files_below_a_directory_are_keyed_themselves(tmp_path):
+    d = tmp_path / "conf"
+    (d / "sub").mkdir(parents=True)
+    linked, single = d / "sub" / "linked", d / "single"
+    linked.write_text("x")
+    single.write_text("y")
+    (tmp_path / "elsewhere").hardlink_to(linked)  # outside: no dentry walk from it reaches d
+    res = core.resolve(parse_guard_policy(f"protect:\n  - path: {d}\n    deny: [write]\n"))
+    key = core.key_of(str(tmp_path / "elsewhere"))
+    assert res.protected[key] == core.OPERATIONS["write"]
+    assert res.labels[key] == {"object": str(d), "matched": str(linked)}
+    assert core.key_of(str(single)) not in res.protected  # one link: the walk up finds d
+
+
 def test_labels_name_the_protected_object(tmp_path):
     f = tmp_path / "d" / "secret"
     f.parent.mkdir()

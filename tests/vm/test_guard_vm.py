@@ -169,13 +169,14 @@ def test_file_operations_denied_and_logged(tmp_path, fs):
     inner = d / "sub" / "inner"
     inner.write_text("inner")
     (base / "hard").hardlink_to(f)
+    (base / "hard-inner").hardlink_to(inner)  # outside the protected directory, made before
     (fs / "sym").symlink_to(f)
     early = os.open(f, os.O_RDWR)  # opened before the guard: writes go through file_permission
     bind = fs / "bind"
     bind.mkdir()
     try:
         with guard(tmp_path, f"protect: [{f}, {d}]\n") as g:
-            for target in (f, inner, base / "hard", fs / "sym", f"/proc/self/root{f}"):
+            for target in (f, inner, base / "hard", base / "hard-inner", fs / "sym", f"/proc/self/root{f}"):
                 denied(os.open, target, os.O_WRONLY)
             denied(os.open, f, os.O_RDONLY | os.O_TRUNC)
             denied(os.truncate, f, 0)
