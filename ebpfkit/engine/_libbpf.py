@@ -298,6 +298,7 @@ _PROTOTYPES = {
     # BTF
     "btf__load_vmlinux_btf": (P, []),
     "btf__parse": (P, [c_char_p, c_void_p]),
+    "btf__new": (P, [c_void_p, c_u32]),
     "btf__free": (None, [P]),
     "btf__type_cnt": (c_u32, [P]),
     "btf__type_by_id": (c_void_p, [P, c_u32]),
@@ -334,6 +335,7 @@ _LIBC_PROTOTYPES = {
     "close": (c_int, [c_int]),
     "ioctl": (c_int, [c_int, c_ulong, c_ulong]),
     "mmap": (c_void_p, [c_void_p, c_size_t, c_int, c_int, c_int, c_long]),
+    "munmap": (c_int, [c_void_p, c_size_t]),
 }
 
 

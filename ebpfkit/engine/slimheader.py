@@ -69,7 +69,11 @@ class KernelTypes:
         from . import _libbpf as L
 
         self.btf = btf
-        self._ptr = L.lib.btf__parse(os.fsencode(btf.path), None)
+        with btf.contents() as contents:  # libbpf copies them
+            if contents.is_raw_btf():
+                self._ptr = L.lib.btf__new(contents.address, contents.size)
+            else:
+                self._ptr = L.lib.btf__parse(os.fsencode(btf.path), None)
         if not self._ptr:
             raise OSError(L.errno(), f"libbpf cannot parse {btf.path}")
         size = ctypes.c_uint32()
