@@ -12,7 +12,6 @@ It knows nothing of ebpfkit's tools. Typical use::
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 
 def compile(path: str | os.PathLike | None = None, *, text: str | bytes | None = None,
@@ -47,6 +46,6 @@ def load(source, config: dict | None = None, **compile_args):
 
     if isinstance(source, ObjectSpec):
         return source.load(config)
-    if Path(source).suffix == ".o":
+    if os.fspath(source).endswith(".o"):
         return open_object(source).load(config)
     return compile(source, **compile_args).load(config)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
 from ..errors import LoadError, NotSupportedError
 from . import cache
@@ -116,10 +115,10 @@ class KernelBTF:
         contents, self._bytes = self._bytes, None
         return contents or BTFBytes(self.path)
 
-    def vmlinux_h(self) -> Path:
+    def vmlinux_h(self) -> str:
         """The vmlinux.h for this BTF, generated on first use."""
-        target = cache.subdir(f"btf/{self.digest}") / "vmlinux.h"
-        if not target.exists():
+        target = os.path.join(cache.subdir(f"btf/{self.digest}"), "vmlinux.h")
+        if not os.path.exists(target):
             generate_vmlinux_h(self.path, target)
             self.generated_now = True
         return target
@@ -130,7 +129,8 @@ class KernelBTF:
 
 def _boot_id() -> str:
     try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
     except OSError:
         return ""
 
@@ -152,7 +152,7 @@ def find_kernel_btf(path: str | None = None) -> KernelBTF:
             "btf", "this kernel exposes no BTF (/sys/kernel/btf/vmlinux is missing)",
             hint="use a kernel built with CONFIG_DEBUG_INFO_BTF=y, or pass --btf FILE "
                  "(a BTFHub file for this kernel) or set EBPFKIT_BTF")
-    index_path = cache.subdir("btf") / "index.rec"
+    index_path = os.path.join(cache.subdir("btf"), "index.rec")
     index = cache.read_record(index_path) or {}
     per_boot = chosen == KERNEL_BTF  # sysfs files keep their identity only within one boot
     ident = f"{os.path.realpath(chosen)}|{cache.stat_key(chosen)}|{_boot_id() if per_boot else ''}"
@@ -167,7 +167,7 @@ def find_kernel_btf(path: str | None = None) -> KernelBTF:
     return KernelBTF(chosen, digest, custom, contents)
 
 
-def generate_vmlinux_h(btf_path: str, target: Path) -> None:
+def generate_vmlinux_h(btf_path: str, target: str) -> None:
     """Write every type of ``btf_path`` as C into ``target`` (atomically)."""
     from . import _libbpf as L
 
@@ -181,7 +181,7 @@ def generate_vmlinux_h(btf_path: str, target: Path) -> None:
     log.info("generated %s from %s", target, btf_path)
 
 
-def dump_types(btf, btf_path: str, target: Path, type_ids) -> None:
+def dump_types(btf, btf_path: str, target: str, type_ids) -> None:
     """Write ``type_ids`` of the libbpf ``btf`` as C into ``target`` (atomically).
 
     btf_dump adds what each type needs: full definitions of types embedded by value,
@@ -189,7 +189,8 @@ def dump_types(btf, btf_path: str, target: Path, type_ids) -> None:
     """
     from . import _libbpf as L
 
-    tmp = target.with_name(f".{target.name}.{os.getpid()}")
+    directory, name = os.path.split(target)
+    tmp = os.path.join(directory, f".{name}.{os.getpid()}")
     fp = L.libc.fopen(os.fsencode(tmp), b"w")
     if not fp:
         raise LoadError(f"cannot write {tmp}: {os.strerror(L.errno())}")

@@ -2,15 +2,15 @@
 or $EBPFKIT_CACHE_DIR. Writes are atomic (write to a temp file, then rename) so two
 tools starting at once never see half a file.
 
-This is on every tool's start path, so it avoids heavy imports: blake2b comes from the
-builtin _blake2 (hashlib would load OpenSSL) and small records are stored with marshal.
+This is on every tool's start path, so it avoids heavy imports: paths are plain strings
+(pathlib and the re module it pulls in cost a start ~9 ms), blake2b comes from the builtin
+_blake2 (hashlib would load OpenSSL) and small records are stored with marshal.
 """
 
 from __future__ import annotations
 
 import marshal
 import os
-from pathlib import Path
 
 try:
     from _blake2 import blake2b
@@ -18,21 +18,22 @@ except ImportError:  # a Python built without it
     from hashlib import blake2b
 
 
-def cache_dir() -> Path:
+def cache_dir() -> str:
     env = os.environ.get("EBPFKIT_CACHE_DIR")
     if env:
-        base = Path(env)
+        base = os.path.abspath(env)
     elif os.geteuid() == 0:
-        base = Path("/var/cache/ebpfkit")
+        base = "/var/cache/ebpfkit"
     else:
-        base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ebpfkit"
-    base.mkdir(parents=True, exist_ok=True)
+        xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        base = os.path.join(xdg, "ebpfkit")
+    os.makedirs(base, exist_ok=True)
     return base
 
 
-def subdir(name: str) -> Path:
-    path = cache_dir() / name
-    path.mkdir(parents=True, exist_ok=True)
+def subdir(name: str) -> str:
+    path = os.path.join(cache_dir(), name)
+    os.makedirs(path, exist_ok=True)
     return path
 
 
@@ -53,8 +54,9 @@ def file_digest(path: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+def atomic_write(path: str, data: bytes) -> None:
+    directory, name = os.path.split(path)
+    tmp = os.path.join(directory, f".{name}.{os.getpid()}")
     try:
         with open(tmp, "wb") as f:
             f.write(data)
@@ -67,15 +69,16 @@ def atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
-def read_record(path: Path):
+def read_record(path: str):
     """A small record (dicts, lists, str, int) written by write_record, or None."""
     try:
-        return marshal.loads(path.read_bytes())
+        with open(path, "rb") as f:
+            return marshal.loads(f.read())
     except (OSError, ValueError, EOFError, TypeError):
         return None
 
 
-def write_record(path: Path, value) -> None:
+def write_record(path: str, value) -> None:
     atomic_write(path, marshal.dumps(value))
 
 

@@ -8,10 +8,8 @@ every header the compile read.
 from __future__ import annotations
 
 import os
-import re
 import time
 from collections import namedtuple
-from pathlib import Path
 
 from ..errors import CompileError, NotSupportedError
 from . import cache
@@ -24,9 +22,11 @@ CLANG_ENV = "EBPFKIT_CLANG"
 MIN_CLANG = 11  # CO-RE relocations and BTF-defined maps
 FORMAT = "1"  # bump when the way objects are built changes
 
-PROGRAMS_DIR = Path(__file__).resolve().parent.parent / "programs"
-INCLUDE_DIR = PROGRAMS_DIR / "include"
-PREBUILT_DIR = PROGRAMS_DIR / "prebuilt"
+# plain strings, like every path on the start path: pathlib (and the re module it imports)
+# would cost each start ~9 ms
+PROGRAMS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), "programs")
+INCLUDE_DIR = os.path.join(PROGRAMS_DIR, "include")
+PREBUILT_DIR = os.path.join(PROGRAMS_DIR, "prebuilt")
 
 _ARCH = {"x86_64": "x86", "aarch64": "arm64", "arm64": "arm64", "s390x": "s390",
          "ppc64le": "powerpc", "riscv64": "riscv", "loongarch64": "loongarch"}
@@ -58,13 +58,18 @@ class Clang(namedtuple("_Clang", "path major stamp")):
         return _version_text(self.path, self.stamp)
 
     def version(self) -> tuple:
+        import re
+
         m = re.search(r"version (\d+)\.(\d+)\.(\d+)", self.version_text())
         return tuple(int(x) for x in m.groups()) if m else (self.major, 0, 0)
 
 
 def _search_dirs() -> list[str]:
-    return os.environ.get("PATH", "").split(os.pathsep) + sorted(
-        str(p) for p in Path("/usr/lib").glob("llvm-*/bin"))
+    try:
+        llvm = sorted(os.path.join("/usr/lib", d, "bin") for d in os.listdir("/usr/lib") if d.startswith("llvm-"))
+    except OSError:
+        llvm = []
+    return os.environ.get("PATH", "").split(os.pathsep) + [d for d in llvm if os.path.isdir(d)]
 
 
 def _clang_candidates(dirs: list[str]) -> list[str]:
@@ -75,7 +80,7 @@ def _clang_candidates(dirs: list[str]) -> list[str]:
         except OSError:
             continue
         for name in names:
-            if name.startswith("clang") and _CLANG_NAME.fullmatch(name):
+            if name == "clang" or (name.startswith("clang-") and name[6:].isdigit()):
                 path = os.path.realpath(os.path.join(d, name))
                 if path not in seen and os.access(path, os.X_OK):
                     seen.add(path)
@@ -83,25 +88,31 @@ def _clang_candidates(dirs: list[str]) -> list[str]:
     return found
 
 
-_CLANG_NAME = re.compile(r"clang(-\d+)?")
-
-
-# Debian/Ubuntu install clang as /usr/lib/llvm-N/bin/clang, Fedora as clang-N
-_VERSIONED_PATH = re.compile(r"/llvm-(\d+)/|/clang-(\d+)$")
+def _major_in_path(path: str) -> int | None:
+    """N of /usr/lib/llvm-N/bin/clang (Debian, Ubuntu) or of .../clang-N (Fedora)."""
+    *dirs, name = path.split("/")
+    for d in dirs:
+        if d.startswith("llvm-") and d[5:].isdigit():
+            return int(d[5:])
+    if name.startswith("clang-") and name[6:].isdigit():
+        return int(name[6:])
+    return None
 
 
 def _clang_version(path: str) -> Clang:
     st = os.stat(path)
     stamp = f"{st.st_size}|{st.st_mtime_ns}"  # no inode: a VM's 9p view renumbers them
-    m = _VERSIONED_PATH.search(path)
-    if m:
-        return Clang(path, int(m[1] or m[2]), stamp)
+    major = _major_in_path(path)
+    if major is not None:
+        return Clang(path, major, stamp)
+    import re
+
     m = re.search(r"version (\d+)\.", _version_text(path, stamp))
     return Clang(path, int(m[1]) if m else 0, stamp)
 
 
 def _version_text(path: str, stamp: str) -> str:
-    memo_path = cache.subdir("clang") / "versions.rec"
+    memo_path = os.path.join(cache.subdir("clang"), "versions.rec")
     memo = cache.read_record(memo_path) or {}
     ident = f"{path}|{stamp}"
     text = memo.get(ident)
@@ -133,7 +144,7 @@ def find_clang(path: str | None = None) -> Clang | None:
         return _clang_version(resolved)
     dirs = _search_dirs()
     ident = "|".join(f"{d}:{_mtime(d)}" for d in dirs)
-    memo_path = cache.subdir("clang") / "choice.rec"
+    memo_path = os.path.join(cache.subdir("clang"), "choice.rec")
     memo = cache.read_record(memo_path)
     if memo and memo.get("ident") == ident and (memo["path"] is None or os.path.exists(memo["path"])):
         return _clang_version(memo["path"]) if memo["path"] else None
@@ -169,14 +180,15 @@ class Source(namedtuple("_Source", "name text path", defaults=(None,))):
 
     @classmethod
     def from_path(cls, path: str | os.PathLike) -> "Source":
-        p = Path(path)
-        if not p.exists():
-            builtin = PROGRAMS_DIR / p.name
-            if builtin.exists():
+        p = os.fspath(path)
+        if not os.path.exists(p):
+            builtin = os.path.join(PROGRAMS_DIR, os.path.basename(p))
+            if os.path.exists(builtin):
                 p = builtin
             else:
                 raise CompileError(f"no such BPF source: {path}")
-        return cls(p.name, p.read_bytes(), p.resolve())
+        with open(p, "rb") as f:
+            return cls(os.path.basename(p), f.read(), os.path.realpath(p))
 
     @classmethod
     def from_text(cls, text: str | bytes, name: str = "snippet.bpf.c") -> "Source":
@@ -212,18 +224,18 @@ class Compiler:
         return cache.digest(FORMAT, source.name, source.text, "\0".join(self.cflags),
                             clang_id, self.btf.digest, _MACHINE)
 
-    def compile(self, source: Source) -> Path:
+    def compile(self, source: Source) -> str:
         """Return the path of the object for ``source``, compiling it if not cached."""
         objects = cache.subdir("objects")
         key = self.key(source)
-        obj = objects / f"{key}.o"
-        manifest = objects / f"{key}.rec"
-        if obj.exists() and _deps_unchanged(cache.read_record(manifest)):
+        obj = os.path.join(objects, f"{key}.o")
+        manifest = os.path.join(objects, f"{key}.rec")
+        if os.path.exists(obj) and _deps_unchanged(cache.read_record(manifest)):
             log.debug("cache hit for %s: %s", source.name, obj)
             return obj
         if self.clang is None:
-            prebuilt = PREBUILT_DIR / (source.name.removesuffix(".c") + ".o")
-            if source.path and prebuilt.exists():
+            prebuilt = os.path.join(PREBUILT_DIR, source.name.removesuffix(".c") + ".o")
+            if source.path and os.path.exists(prebuilt):
                 log.info("clang not found; using the prebuilt CO-RE object %s", prebuilt)
                 return prebuilt
             raise NotSupportedError("clang", f"cannot compile {source.name}: no clang >= {MIN_CLANG} found",
@@ -241,7 +253,7 @@ class Compiler:
     def _build(self, job: "_Job") -> dict:
         flags = self.base_flags()
         # the source's own directory comes last: the precompiled header's key stays per kernel
-        local = [f"-I{job.source.path.parent}"] if job.source.path is not None else []
+        local = [f"-I{os.path.dirname(job.source.path)}"] if job.source.path is not None else []
         if self.slim:
             deps = self._build_slim(job, flags + local)
             if deps is not None:
@@ -288,7 +300,7 @@ class Compiler:
             if cpp.returncode != 0:
                 return None  # the full compile reports the error properly
             names = slimheader.identifiers(text)
-            header = job.slim_dir / "vmlinux.h"
+            header = os.path.join(job.slim_dir, "vmlinux.h")
             for _ in range(3):
                 type_ids = slimheader.select(types, names)
                 types.write(header, type_ids)
@@ -312,7 +324,7 @@ class Compiler:
         return None
 
     def _build_full(self, job: "_Job", flags: list, local: list) -> dict:
-        header_flags = [f"-I{self.btf.vmlinux_h().parent}"]
+        header_flags = [f"-I{os.path.dirname(self.btf.vmlinux_h())}"]
         # The precompiled header pays off from the second program on; on a cold start
         # (vmlinux.h just generated) building it would double the first compile's time.
         pch = self._pch(header_flags + flags) if self.use_pch and not self.btf.generated_now else None
@@ -339,14 +351,15 @@ class Compiler:
 
         key = cache.digest(FORMAT, _PRELUDE, "\0".join(flags), self.clang.identity, self.btf.digest)
         d = cache.subdir(f"pch/{key}")
-        pch, manifest = d / "prelude.pch", d / "prelude.rec"
+        pch, manifest = os.path.join(d, "prelude.pch"), os.path.join(d, "prelude.rec")
         info = cache.read_record(manifest)
-        if pch.exists() and _deps_unchanged(info):
+        if os.path.exists(pch) and _deps_unchanged(info):
             return pch, info["deps"]
-        prelude = d / "prelude.h"
-        prelude.write_text(_PRELUDE)
-        depfile = d / f"prelude.{os.getpid()}.d"
-        tmp = d / f".prelude.{os.getpid()}.pch"
+        prelude = os.path.join(d, "prelude.h")
+        with open(prelude, "w") as f:
+            f.write(_PRELUDE)
+        depfile = os.path.join(d, f"prelude.{os.getpid()}.d")
+        tmp = os.path.join(d, f".prelude.{os.getpid()}.pch")
         out = subprocess.run([self.clang.path, *flags, "-x", "c-header", str(prelude), "-MD", "-MF",
                               str(depfile), "-o", str(tmp)], capture_output=True, text=True, check=False)
         if out.returncode != 0:
@@ -354,7 +367,7 @@ class Compiler:
             return None
         os.replace(tmp, pch)
         deps = _read_depfile(depfile, exclude={str(prelude)})
-        depfile.unlink()
+        os.unlink(depfile)
         cache.write_record(manifest, {"deps": deps})
         return pch, deps
 
@@ -403,24 +416,26 @@ class _Job:
     """One compile's files: the source on disk, a private work directory, the depfile and
     the object written under a temporary name until it is complete."""
 
-    def __init__(self, source: Source, obj: Path):
+    def __init__(self, source: Source, obj: str):
         self.source, self.obj = source, obj
-        self.work_dir = cache.subdir("work") / f"{os.getpid()}-{obj.stem[:16]}"
+        self.work_dir = os.path.join(cache.subdir("work"), f"{os.getpid()}-{os.path.basename(obj)[:16]}")
         # not work_dir itself: a text source there would find it by #include "vmlinux.h"
         # even when compiling against the full header
-        self.slim_dir = self.work_dir / "slim"
+        self.slim_dir = os.path.join(self.work_dir, "slim")
 
     def __enter__(self):
-        self.slim_dir.mkdir(parents=True, exist_ok=True)
+        os.makedirs(self.slim_dir, exist_ok=True)
         if self.source.path is None:
             # the user's file name stays in the BTF line info that verifier logs quote
             # ("@ name.bpf.c:12", not "@ 1234-name.bpf.c:12")
-            self.src_file = self.work_dir / self.source.name
-            self.src_file.write_bytes(self.source.text)
+            self.src_file = os.path.join(self.work_dir, self.source.name)
+            with open(self.src_file, "wb") as f:
+                f.write(self.source.text)
         else:
             self.src_file = self.source.path
-        self.depfile = self.work_dir / "deps.d"
-        self.tmp_obj = self.obj.with_name(f".{self.obj.name}.{os.getpid()}")
+        self.depfile = os.path.join(self.work_dir, "deps.d")
+        directory, name = os.path.split(self.obj)
+        self.tmp_obj = os.path.join(directory, f".{name}.{os.getpid()}")
         return self
 
     def commit(self) -> None:
@@ -436,9 +451,10 @@ class _Job:
             pass
 
 
-def _read_depfile(path: Path, exclude: set) -> dict:
+def _read_depfile(path: str, exclude: set) -> dict:
     """{header path: [stat key, content digest]} from a make-style depfile."""
-    text = path.read_text().replace("\\\n", " ")
+    with open(path) as f:
+        text = f.read().replace("\\\n", " ")
     _, _, rest = text.partition(":")
     deps = {}
     for name in rest.split():
@@ -461,14 +477,15 @@ def _deps_unchanged(manifest) -> bool:
     return True
 
 
-_DIAG = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):(?P<col>\d+): (?P<sev>fatal error|error|warning|note): "
-                   r"(?P<msg>.*)$", re.M)
+_DIAG = r"^(?P<file>[^:\n]+):(?P<line>\d+):(?P<col>\d+): (?P<sev>fatal error|error|warning|note): (?P<msg>.*)$"
 
 
-def _compile_error(source: Source, src_file: Path, stderr: str) -> CompileError:
+def _compile_error(source: Source, src_file: str, stderr: str) -> CompileError:
     """A CompileError whose message shows file:line, the source around it and clang's words."""
+    import re
+
     diagnostics, parts = [], []
-    for m in _DIAG.finditer(stderr):
+    for m in re.finditer(_DIAG, stderr, re.M):
         file = source.name if m["file"] == str(src_file) else m["file"]
         line, col = int(m["line"]), int(m["col"])
         context = _context(m["file"], line)
@@ -486,7 +503,8 @@ def _compile_error(source: Source, src_file: Path, stderr: str) -> CompileError:
 
 def _context(path: str, line: int, around: int = 2) -> str:
     try:
-        lines = Path(path).read_text(errors="replace").splitlines()
+        with open(path, errors="replace") as f:
+            lines = f.read().splitlines()
     except OSError:
         return ""
     lo, hi = max(1, line - around), min(len(lines), line + around)

@@ -7,10 +7,8 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
-import re
 import signal
 import threading
-from pathlib import Path
 
 from ..errors import EbpfkitError, LoadError, NotSupportedError, PermissionDeniedError, VerifierError
 from . import _libbpf as L
@@ -241,8 +239,8 @@ class ObjectSpec(_Base, Resource):
     """An opened object: edit ``rodata``, map sizes and autoload, then ``load()``."""
 
     def __init__(self, path: str | os.PathLike, name: str | None = None, btf_path: str | None = None):
-        self.path = Path(path)
-        self.name = name or self.path.name.split(".")[0]
+        self.path = os.fspath(path)
+        self.name = name or os.path.basename(self.path).split(".")[0]
         self._loaded = False
         opts = L.bpf_object_open_opts(object_name=self.name.encode(),
                                       btf_custom_path=os.fsencode(btf_path) if btf_path else None)
@@ -414,12 +412,14 @@ def _enum(cls, value):
         return value
 
 
-_FAILED_PROG = re.compile(r"prog '([^']+)': (?:BPF program load failed|failed to load)")
+_FAILED_PROG = r"prog '([^']+)': (?:BPF program load failed|failed to load)"
 
 
 def _load_error(spec: ObjectSpec, err: int, log_mem: mmap.mmap, messages: list[str]) -> EbpfkitError:
+    import re  # a failed load only: not worth a start's import
+
     err = abs(err)
-    failed = next((m.group(1) for line in reversed(messages) if (m := _FAILED_PROG.search(line))), None)
+    failed = next((m.group(1) for line in reversed(messages) if (m := re.search(_FAILED_PROG, line))), None)
     verifier_log = log_mem[:log_mem.find(b"\0")].decode(errors="replace").strip() if failed else ""
     tail = "\n".join(messages[-8:])
     if verifier_log:
@@ -445,6 +445,8 @@ _STATS = ("processed ", "verification time", "stack depth", "max_states_per_insn
 
 def _verifier_summary(text: str) -> str:
     """The verifier's reason (last meaningful line), with the source line it points at."""
+    import re
+
     lines = [ln for ln in text.splitlines() if ln.strip()]
     while lines and lines[-1].startswith(_STATS):
         lines.pop()

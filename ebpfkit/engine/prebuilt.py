@@ -10,11 +10,12 @@ from .compiler import PREBUILT_DIR, PROGRAMS_DIR, Compiler, Source
 
 
 def program_sources() -> list[Path]:
-    return sorted(PROGRAMS_DIR.glob("*.bpf.c"))
+    return sorted(Path(PROGRAMS_DIR).glob("*.bpf.c"))
 
 
-def build_all(out_dir: Path = PREBUILT_DIR, progress=None) -> list[Path]:
+def build_all(out_dir: str | Path = PREBUILT_DIR, progress=None) -> list[Path]:
     """Compile every program into ``out_dir``/<name>.bpf.o; ``progress(name)`` is called per program."""
+    out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     compiler = Compiler(use_pch=False)
     built = []

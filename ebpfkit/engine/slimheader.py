@@ -20,7 +20,6 @@ import os
 import re
 import struct
 import sys
-from pathlib import Path
 
 from . import cache
 from .btf import KernelBTF
@@ -107,7 +106,7 @@ class KernelTypes:
     def _index(self) -> dict:
         import ctypes
 
-        path = cache.subdir(f"btf/{self.btf.digest}") / "names.rec"
+        path = os.path.join(cache.subdir(f"btf/{self.btf.digest}"), "names.rec")
         record = cache.read_record(path)
         if record and record.get("format") == INDEX_FORMAT:
             return record["names"]
@@ -165,7 +164,7 @@ class KernelTypes:
             type_id = self.ref(type_id)
         return type_id
 
-    def write(self, target: Path, type_ids) -> None:
+    def write(self, target: str, type_ids) -> None:
         from .btf import dump_types
 
         dump_types(self._ptr, self.btf.path, target, sorted(type_ids))
@@ -283,7 +282,7 @@ def missing_names(stderr: str) -> set:
 def stub_flags() -> list[str]:
     """Flags that make ``#include "vmlinux.h"`` find an empty file while preprocessing."""
     stub_dir = cache.subdir("stub")
-    stub = stub_dir / "vmlinux.h"
-    if not stub.exists():
+    stub = os.path.join(stub_dir, "vmlinux.h")
+    if not os.path.exists(stub):
         cache.atomic_write(stub, b"/* empty: programs are preprocessed against it to see what they name */\n")
     return [f"-I{stub_dir}"]

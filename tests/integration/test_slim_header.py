@@ -7,6 +7,7 @@ import logging
 import os
 import socket
 import struct
+from pathlib import Path
 
 import pytest
 
@@ -134,7 +135,7 @@ def elf_sections(path) -> dict:
     return out
 
 
-SHIPPED = sorted(p.name for p in PROGRAMS_DIR.glob("*.bpf.c"))
+SHIPPED = sorted(p.name for p in Path(PROGRAMS_DIR).glob("*.bpf.c"))
 
 
 @pytest.mark.parametrize("program", SHIPPED)
@@ -143,7 +144,7 @@ def test_slim_and_full_headers_give_the_same_code(program, tmp_path, monkeypatch
     only the BTF differs (structs the program merely points to stay forward declarations)."""
     monkeypatch.setenv("EBPFKIT_CACHE_DIR", str(tmp_path / "cache"))
     btf = find_kernel_btf()
-    source = Source.from_path(PROGRAMS_DIR / program)
+    source = Source.from_path(Path(PROGRAMS_DIR, program))
     slim = elf_sections(Compiler(btf=btf, slim=True).compile(source))
     monkeypatch.setenv("EBPFKIT_CACHE_DIR", str(tmp_path / "cache-full"))
     full = elf_sections(Compiler(btf=btf, slim=False).compile(source))
