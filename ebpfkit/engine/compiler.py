@@ -311,14 +311,15 @@ class Compiler:
                              len(type_ids), types.count())
                     job.commit()
                     return _read_depfile(job.depfile, exclude={str(job.src_file), str(header)})
-                more = {n for n in slimheader.missing_names(out.stderr) if types.ids(n)} - names
+                more = {n.encode() for n in slimheader.missing_names(out.stderr)} - names
+                more = {n for n in more if types.ids(n)}
                 if not more:
                     if str(header) not in out.stderr:
                         # nothing the kernel has is missing: the program's own error, which
                         # the full header would only repeat, slower
                         raise _compile_error(job.source, job.src_file, out.stderr)
                     break
-                log.debug("slim vmlinux.h lacked %s; adding them", ", ".join(sorted(more)))
+                log.debug("slim vmlinux.h lacked %s; adding them", b", ".join(sorted(more)).decode())
                 names |= more
         log.info("%s: the slim vmlinux.h fell short; compiling against the full one", job.source.name)
         return None

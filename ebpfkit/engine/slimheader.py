@@ -27,7 +27,7 @@ from ._log import get_logger
 
 log = get_logger("ebpfkit.engine.slimheader")
 
-INDEX_FORMAT = "1"
+INDEX_FORMAT = "2"  # 2: names as bytes
 
 # BTF kinds (Documentation/bpf/btf.rst); plain ints, not btftypes.Kind: the walk is a hot loop
 _PTR, _ARRAY, _STRUCT, _UNION, _ENUM, _TYPEDEF, _FUNC_PROTO, _ENUM64 = 2, 3, 4, 5, 6, 8, 13, 19
@@ -86,6 +86,7 @@ class KernelTypes:
         self.words = raw[hdr_len + type_off:hdr_len + type_off + type_len].cast("I")
         self._types_at = base + hdr_len + type_off
         self._type_by_id = L.lib.btf__type_by_id  # the hot call of select(): looked up once
+        self._offsets: dict = {}
         self._strings_at, self._strings_len = base + hdr_len + str_off, str_len
         self.names = self._index()
 
@@ -114,7 +115,7 @@ class KernelTypes:
         cache.write_record(path, {"format": INDEX_FORMAT, "names": names})
         return names
 
-    def ids(self, name: str) -> tuple:
+    def ids(self, name: bytes) -> tuple:
         found = self.names.get(name)
         if found is None:
             return ()
@@ -128,8 +129,12 @@ class KernelTypes:
     # -- records --
 
     def _at(self, type_id: int) -> int:
-        """Word offset of a type's record (libbpf keeps the table of record offsets)."""
-        return (self._type_by_id(self._ptr, type_id) - self._types_at) >> 2
+        """Word offset of a type's record (libbpf keeps the table of record offsets; a
+        selection asks for the same record ~4 times, and a ctypes call costs ~1 us)."""
+        at = self._offsets.get(type_id)
+        if at is None:
+            at = self._offsets[type_id] = (self._type_by_id(self._ptr, type_id) - self._types_at) >> 2
+        return at
 
     def kind(self, type_id: int) -> int:
         return (self.words[self._at(type_id) + 1] >> 24) & 0x1F
@@ -141,13 +146,13 @@ class KernelTypes:
         return self.words[at + 3] if kind == _ARRAY else self.words[at + 2]
 
     def members(self, type_id: int):
-        """(name, type id) of a struct's or union's members."""
+        """(name as bytes, type id) of a struct's or union's members."""
         import ctypes
 
         w, at = self.words, self._at(type_id)
         for i in range(w[at + 1] & 0xFFFF):
             m = at + 3 + 3 * i
-            yield (ctypes.string_at(self._strings_at + w[m]).decode() if w[m] else ""), w[m + 1]
+            yield (ctypes.string_at(self._strings_at + w[m]) if w[m] else b""), w[m + 1]
 
     def member_types(self, type_id: int):
         """Type ids of a struct's or union's members."""
@@ -199,16 +204,18 @@ def _walk(w, strings: bytes) -> dict:
                     by_off[off] = type_id if old is None else (
                         old + [type_id] if isinstance(old, list) else [old, type_id])
         i += fixed[top] + per[top] * (info & 0xFFFF)
-    return {strings[off:strings.index(b"\0", off)].decode(): tuple(ids) if isinstance(ids, list) else ids
+    # names stay bytes: the program's identifiers are bytes too, and 30k+ decodes cost ~3 ms
+    return {strings[off:strings.index(b"\0", off)]: tuple(ids) if isinstance(ids, list) else ids
             for off, ids in by_off.items()}
 
 
 def identifiers(preprocessed: bytes) -> set:
-    return {m.decode() for m in set(_IDENT.findall(preprocessed))}
+    """The identifiers (as bytes) a preprocessed program spells."""
+    return set(_IDENT.findall(preprocessed))
 
 
 def select(index: KernelTypes, names: set) -> set:
-    """Ids of the kernel types ``names`` spell, plus structs reached through named members."""
+    """Ids of the kernel types ``names`` (bytes) spell, plus structs reached through named members."""
     chosen: set = set()
     for name in names:
         chosen.update(index.ids(name))

@@ -67,7 +67,7 @@ def test_types_reached_only_through_members_are_in_the_slim_header(messages):
 def test_a_type_clang_reports_missing_is_added_and_compiled_again(messages, monkeypatch):
     real = slimheader.identifiers
     # as if the program had not named the member: clang then reports struct nsproxy incomplete
-    monkeypatch.setattr(slimheader, "identifiers", lambda text: real(text) - {"nsproxy"})
+    monkeypatch.setattr(slimheader, "identifiers", lambda text: real(text) - {b"nsproxy"})
     spec = engine.compile(text=NODENAME, name="nodename.bpf.c")
     log = messages()
     assert any("lacked nsproxy" in m for m in log), log
@@ -77,7 +77,7 @@ def test_a_type_clang_reports_missing_is_added_and_compiled_again(messages, monk
 
 def test_the_full_header_is_the_last_resort(messages, monkeypatch):
     real = slimheader.identifiers
-    monkeypatch.setattr(slimheader, "identifiers", lambda text: real(text) - {"nsproxy"})
+    monkeypatch.setattr(slimheader, "identifiers", lambda text: real(text) - {b"nsproxy"})
     monkeypatch.setattr(slimheader, "missing_names", lambda stderr: set())
     spec = engine.compile(text=NODENAME, name="nodename.bpf.c")
     assert any("nodename.bpf.c: the slim vmlinux.h fell short" in m for m in messages()), messages()
