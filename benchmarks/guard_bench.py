@@ -207,13 +207,13 @@ class Guard(Hooks):
 
         super().__init__(agent.load(mode))
         self.mode = mode
-        self.fds = {n: self.obj.maps[n].fd for n in core.MAP_FDS}
+        self.maps = {n: self.obj.maps[n].raw for n in core.MAP_NAMES}
 
     def fill(self, policy) -> int:
         from ebpfkit.guard import core
 
         res = core.resolve(policy)
-        core.apply(res, self.fds)
+        core.apply(res, self.maps)
         return len(res.protected)
 
 

@@ -183,9 +183,9 @@ class XdpFilterContender:
     def _bulk_add(self, n: int) -> None:
         """xdp-filter takes one address per command; write the rest into its pinned map
         with the value bytes it wrote itself for SRC (mode src, counter 0)."""
-        from ebpfkit.xdp.rawmap import RawMap
+        from ebpfkit.engine.pinned import FdMap
 
-        with RawMap.open_pinned("/sys/fs/bpf/xdp-filter/filter_ipv4") as m:
+        with FdMap.open_pinned("/sys/fs/bpf/xdp-filter/filter_ipv4") as m:
             value = m.lookup(socket.inet_aton(SRC))
             rng = random.Random(7)
             keys = set()

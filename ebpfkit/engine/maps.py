@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from ..errors import MapError, NotSupportedError
 from . import _libbpf as L
 from .constants import BPF_ANY, PER_CPU_MAPS, MapType
+from .pinned import FdMap, map_type as _map_type, round8
 
 _ARRAYS = frozenset({MapType.ARRAY, MapType.PERCPU_ARRAY})
 _NO_KEY_MAPS = frozenset({MapType.RINGBUF, MapType.PERF_EVENT_ARRAY, MapType.QUEUE, MapType.STACK,
@@ -70,10 +71,6 @@ def possible_cpu_count() -> int:
     return len(possible_cpus())
 
 
-def _round8(n: int) -> int:
-    return (n + 7) & ~7
-
-
 class Map(MutableMapping):
     """A BPF map of a loaded (or, for sizing, an opened) object."""
 
@@ -90,6 +87,7 @@ class Map(MutableMapping):
         self.per_cpu = self.type in PER_CPU_MAPS
         self._ncpus = possible_cpu_count() if self.per_cpu else 1
         self._batch_ok: bool | None = None
+        self._raw: FdMap | None = None
 
     def _codec(self, type_id: int, size: int):
         if type_id and self._btf is not None:
@@ -110,6 +108,14 @@ class Map(MutableMapping):
         return fd
 
     @property
+    def raw(self) -> FdMap:
+        """The map by fd, bytes in and out: what every operation here goes through."""
+        fd = self.fd
+        if self._raw is None or self._raw.fd != fd:
+            self._raw = FdMap(fd, self.name, owned=False)
+        return self._raw
+
+    @property
     def max_entries(self) -> int:
         return L.lib.bpf_map__max_entries(self._ptr)
 
@@ -126,7 +132,7 @@ class Map(MutableMapping):
 
     @property
     def _value_buf_size(self) -> int:
-        return _round8(self.value_size) * self._ncpus if self.per_cpu else self.value_size
+        return round8(self.value_size) * self._ncpus if self.per_cpu else self.value_size
 
     def _key_bytes(self, key) -> bytes:
         try:
@@ -143,7 +149,7 @@ class Map(MutableMapping):
             values = value if isinstance(value, PerCpu) else [value] * self._ncpus
             if len(values) != self._ncpus:
                 raise MapError(f"expected {self._ncpus} per-CPU values, got {len(values)}")
-            stride = _round8(self.value_size)
+            stride = round8(self.value_size)
             return b"".join(codec.encode(v).ljust(stride, b"\0") for v in values)
         except MapError as exc:
             raise MapError(f"bad value for map '{self.name}': {exc}") from None
@@ -151,37 +157,28 @@ class Map(MutableMapping):
     def _decode_value(self, buf, offset: int = 0):
         if not self.per_cpu:
             return self._value_codec.decode(buf, offset)
-        stride = _round8(self.value_size)
+        stride = round8(self.value_size)
         return PerCpu(self._value_codec.decode(buf, offset + i * stride) for i in range(self._ncpus))
 
     # --- mapping protocol ---
 
     def __getitem__(self, key):
-        kbuf = self._key_bytes(key)
-        vbuf = ctypes.create_string_buffer(self._value_buf_size)
-        err = L.lib.bpf_map_lookup_elem(self.fd, kbuf, vbuf)
-        if err:
-            if abs(err) == 2:
-                raise KeyError(key)
-            raise self._error("lookup", err)
-        return self._decode_value(vbuf.raw)
+        raw = self.raw.lookup(self._key_bytes(key))
+        if raw is None:
+            raise KeyError(key)
+        return self._decode_value(raw)
 
     def __setitem__(self, key, value) -> None:
         self.update(key, value)
 
     def update(self, key, value, flags: int = BPF_ANY) -> None:
-        err = L.lib.bpf_map_update_elem(self.fd, self._key_bytes(key), self._value_bytes(value), flags)
-        if err:
-            raise self._error("update", err)
+        self.raw.update(self._key_bytes(key), self._value_bytes(value), flags)
 
     def __delitem__(self, key) -> None:
         if self.type in _ARRAYS:
             raise MapError(f"array map '{self.name}' elements cannot be deleted; assign zero instead")
-        err = L.lib.bpf_map_delete_elem(self.fd, self._key_bytes(key))
-        if err:
-            if abs(err) == 2:
-                raise KeyError(key)
-            raise self._error("delete", err)
+        if not self.raw.delete(self._key_bytes(key)):
+            raise KeyError(key)
 
     def pop(self, key, *default):
         try:
@@ -196,16 +193,7 @@ class Map(MutableMapping):
     def _raw_keys(self) -> Iterator[bytes]:
         if self.type in _NO_KEY_MAPS:
             raise MapError(f"map '{self.name}' ({self.type.name.lower()}) has no keys to iterate")
-        fd = self.fd
-        key = ctypes.create_string_buffer(self.key_size)
-        nxt = ctypes.create_string_buffer(self.key_size)
-        err = L.lib.bpf_map_get_next_key(fd, None, nxt)
-        while err == 0:
-            yield nxt.raw
-            ctypes.memmove(key, nxt, self.key_size)
-            err = L.lib.bpf_map_get_next_key(fd, key, nxt)
-        if abs(err) != 2:
-            raise self._error("iterate", err)
+        return self.raw.iter_keys()
 
     def __iter__(self):
         for raw in self._raw_keys():
@@ -229,36 +217,16 @@ class Map(MutableMapping):
         return [v for _, v in self.items()]
 
     def _iter_items(self):
-        fd, vbuf = self.fd, ctypes.create_string_buffer(self._value_buf_size)
         for raw in self._raw_keys():
-            if L.lib.bpf_map_lookup_elem(fd, raw, vbuf) == 0:
-                yield self._key_codec.decode(raw), self._decode_value(vbuf.raw)
+            value = self.raw.lookup(raw)
+            if value is not None:
+                yield self._key_codec.decode(raw), self._decode_value(value)
 
     def _batch_items(self, delete: bool, chunk: int = 256):
-        fn = L.lib.bpf_map_lookup_and_delete_batch if delete else L.lib.bpf_map_lookup_batch
-        ks, vs = self.key_size, self._value_buf_size
-        keys = ctypes.create_string_buffer(ks * chunk)
-        vals = ctypes.create_string_buffer(vs * chunk)
-        token_size = max(ks, 8)
-        in_tok, out_tok = ctypes.create_string_buffer(token_size), ctypes.create_string_buffer(token_size)
-        first, opts, out = True, L.bpf_map_batch_opts(), []
-        while True:
-            count = ctypes.c_uint32(chunk)
-            err = fn(self.fd, None if first else in_tok, out_tok, keys, vals, ctypes.byref(count),
-                     ctypes.byref(opts))
-            if err and abs(err) in (22, 95, 524) and first:
-                raise NotSupportedError("map batch", f"batch ops not supported on map '{self.name}'")
-            if err and abs(err) != 2:
-                raise self._error("batch lookup", err)
-            kraw, vraw = keys.raw, vals.raw
-            for i in range(count.value):
-                out.append((self._key_codec.decode(kraw, i * ks), self._decode_value(vraw, i * vs)))
-            if err:  # ENOENT: that was the last batch
-                break
-            ctypes.memmove(in_tok, out_tok, token_size)
-            first = False
+        """Decoded (key, value) pairs by batch syscalls; NotSupportedError without them."""
+        pairs = self.raw.batch(delete, chunk)
         self._batch_ok = True
-        return out
+        return [(self._key_codec.decode(k), self._decode_value(v)) for k, v in pairs]
 
     def pop_all(self) -> list:
         """Read and delete every entry (atomically per batch where the kernel can)."""
@@ -273,18 +241,7 @@ class Map(MutableMapping):
 
     def clear(self) -> None:
         """Remove every entry (arrays: set every element to zero)."""
-        if self.type in _ARRAYS:
-            zero = self._value_bytes(self._value_codec.zero()) if not self.per_cpu else \
-                bytes(self._value_buf_size)
-            for i in range(self.max_entries):
-                L.lib.bpf_map_update_elem(self.fd, self._key_bytes(i), zero, BPF_ANY)
-            return
-        fd = self.fd
-        for raw in list(self._raw_keys()):
-            L.lib.bpf_map_delete_elem(fd, raw)
-
-    def _error(self, op: str, err: int) -> MapError:
-        return MapError(f"{op} on map '{self.name}' failed: {os.strerror(abs(err))}")
+        self.raw.clear()
 
     # --- conveniences for tools and notebooks ---
 
@@ -331,13 +288,6 @@ class Map(MutableMapping):
 
 def _total(value) -> int:
     return value.sum() if isinstance(value, PerCpu) else int(value)
-
-
-def _map_type(value: int):
-    try:
-        return MapType(value)
-    except ValueError:
-        return value
 
 
 def create_map(map_type: int, key_size: int, value_size: int, max_entries: int, name: str = "",

@@ -10,7 +10,6 @@ Untrusted subjects cannot signal it (the BPF side knows its tgid), nor write its
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import signal
@@ -18,6 +17,7 @@ import struct
 import sys
 import time
 
+from ..engine.pinned import link_info
 from ..policy import OPERATIONS, PolicyError, load_guard_policy, parse_guard_policy
 from . import core
 
@@ -91,15 +91,6 @@ def display_paths(policy, policy_path: str | None = None) -> dict:
     return core.resolve(policy, core.self_rules(policy_path)).labels
 
 
-def _link_id(fd: int) -> int:
-    from ..engine import _libbpf as L
-
-    info = L.bpf_link_info()
-    size = ctypes.c_uint32(ctypes.sizeof(info))
-    L.lib.bpf_obj_get_info_by_fd(fd, ctypes.byref(info), ctypes.byref(size))
-    return info.id
-
-
 def load(mode: str, pin_dev: int = 0, cache: bool = True):
     """guard.bpf.c, loaded. Should a kernel's verifier refuse the verdict cache (inode
     storage on a pointer it does not trust), it is loaded without: slower, as safe."""
@@ -131,23 +122,23 @@ def start(policy_path: str, audit: bool):
     obj = load(mode, core.key_of(directory)[0])
     try:
         obj.pin_maps(directory)
-        fds = {name: obj.maps[name].fd for name in core.MAP_FDS}
-        self_fd = obj.maps["self_ids"].fd
+        maps = {name: obj.maps[name].raw for name in core.MAP_NAMES}
+        self_ids = obj.maps["self_ids"].raw
         names = {("prog", p.info().id): p.name for p in obj.programs.values()}
         # programs are registered before any hook runs, links as they are made
-        core.register_self(self_fd, [i for kind, i in names if kind == "prog"], [])
+        core.register_self(self_ids, [i for kind, i in names if kind == "prog"], [])
         for prog in obj.programs.values():
             link = prog.attach()  # lsm/..., and fexit/vfs_rename
             link.pin(os.path.join(directory, "link_" + prog.name))
-            link_id = _link_id(link.fd)
+            link_id = link_info(link.fd).id
             names[("link", link_id)] = "link_" + prog.name
-            core.register_self(self_fd, [], [link_id])
+            core.register_self(self_ids, [], [link_id])
         os.makedirs(core.STATE_DIR, exist_ok=True)
         open(core.LOG_FILE, "a").close()  # exists before it is keyed
         core.write_state({"mode": mode, "mode_forced": audit, "policy": os.path.abspath(policy_path),
                           "agent_pid": os.getpid(), "started": time.time()})
         with core.locked():
-            res = core.install(policy, policy_path, sig, fds)
+            res = core.install(policy, policy_path, sig, maps)
     except BaseException:
         obj.close()
         core.stop()
@@ -160,8 +151,8 @@ class Watcher:
     done by `guard reload`. A policy that does not parse or resolve is logged, and the one
     in force stays: it is only replaced by a valid one."""
 
-    def __init__(self, fds: dict, logger: Logger):
-        self.fds, self.logger = fds, logger
+    def __init__(self, maps: dict, logger: Logger):
+        self.maps, self.logger = maps, logger
         self.rejected = None  # the signature of the last bad version, logged once
         self.known = (core.read_state() or {}).get("applied")  # what the labels describe
         self.next = time.monotonic() + WATCH_SECONDS
@@ -196,7 +187,7 @@ class Watcher:
                 return
             try:
                 policy = parse_guard_policy(text, path)
-                res = core.install(policy, path, sig, self.fds)
+                res = core.install(policy, path, sig, self.maps)
             except (PolicyError, core.GuardError) as exc:
                 self.rejected = sig
                 self._log(path, "rejected", error=f"{exc}; the policy in force stays")
@@ -236,10 +227,10 @@ def main(argv=None) -> int:
         return 1
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
-    fds = {name: obj.maps[name].fd for name in core.MAP_FDS}
+    maps = {name: obj.maps[name].raw for name in core.MAP_NAMES}
     with open(core.LOG_FILE, "a") as log:
         logger = Logger(log, labels, _boot_offset(), names)
-        watcher = Watcher(fds, logger)
+        watcher = Watcher(maps, logger)
         reader = obj.ring_buffer("events", logger, decode=False)
         ready("ok")
         marker = os.path.join(core.PIN_DIR, "link_guard_file_open")

@@ -19,7 +19,6 @@ policy file and state directory are protected from everyone else, so `guard stop
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import fcntl
 import hashlib
 import json
@@ -29,10 +28,10 @@ import stat
 import struct
 import time
 
-from ..engine import _libbpf as L
-from ..errors import EbpfkitError
+from ..errors import EbpfkitError, MapError
 from ..engine import features, mounts
-from ..engine.maps import possible_cpu_count
+from ..engine import pinned as pinned_objects
+from ..engine.pinned import FdMap, PinError
 from ..policy import OPERATIONS, GuardPolicy
 
 TOOL = "guard"
@@ -49,7 +48,7 @@ WORD = struct.Struct("=Q")
 TRUST_SELF, TRUST_INHERIT = 1, 2
 SELF_SHIFT = 16  # GUARD_SELF_SHIFT: self-only operations of an ancestor
 SELF_PROG, SELF_LINK = 1, 2  # GUARD_SELF_*
-MAP_FDS = ("protected", "filter", "trusted", "protected_exe", "generation")  # what apply() fills
+MAP_NAMES = ("protected", "filter", "trusted", "protected_exe", "generation")  # what apply() fills
 GEN_POLICY = 0  # GUARD_GEN_POLICY: bumped after each change of `protected`
 # GUARD_FILTER_*: the bitmap the BPF side checks before each hash lookup
 FILTER_BITS, FILTER_MULT = 20, 0x9E3779B97F4A7C15
@@ -357,89 +356,78 @@ def filter_words(keys) -> dict[int, int]:
 
 @contextlib.contextmanager
 def pinned(name: str, readonly: bool = False, purpose: str = "change the guard"):
-    path = os.fsencode(os.path.join(PIN_DIR, name))
-    fd = L.obj_get(path, readonly)
-    if fd < 0:
-        if -fd == 1:  # EPERM: the guard refuses its maps to untrusted subjects
-            raise GuardError(f"denied: only a subject the running guard trusts may {purpose}; "
-                             f"{TRUST_HINT}", EXIT_DENIED)
-        raise GuardError(f"guard pin {PIN_DIR}/{name} is missing: {os.strerror(-fd)}")
+    """The guard's pinned map ``name`` as an FdMap, closed on exit."""
     try:
-        yield fd
-    finally:
-        os.close(fd)
+        m = FdMap.open_pinned(os.path.join(PIN_DIR, name), readonly)
+    except PinError as exc:
+        if exc.errno == 1:  # EPERM: the guard refuses its maps to untrusted subjects
+            raise GuardError(f"denied: only a subject the running guard trusts may {purpose}; "
+                             f"{TRUST_HINT}", EXIT_DENIED) from None
+        raise GuardError(f"guard pin {PIN_DIR}/{name} is missing: {os.strerror(exc.errno)}") from None
+    with m:
+        yield m
 
 
-def _keys(fd: int) -> list[bytes]:
-    out, key, nxt = [], ctypes.create_string_buffer(KEY.size), ctypes.create_string_buffer(KEY.size)
-    err = L.lib.bpf_map_get_next_key(fd, None, nxt)
-    while err == 0:
-        out.append(nxt.raw)
-        ctypes.memmove(key, nxt, KEY.size)
-        err = L.lib.bpf_map_get_next_key(fd, key, nxt)
-    return out
-
-
-def _update(fd: int, key: bytes, value: bytes) -> None:
-    err = L.lib.bpf_map_update_elem(fd, key, value, 0)
-    if err:
-        code = -err if err < 0 else L.errno()
-        if code == 7:  # E2BIG
+def _update(m: FdMap, key: bytes, value: bytes) -> None:
+    try:
+        m.update(key, value)
+    except MapError as exc:
+        if exc.errno == 7:  # E2BIG
             raise GuardError("the policy resolves to more entries than the guard's maps hold "
-                             "(protected: 16384, trusted: 4096, processes: 1024)")
-        raise GuardError(f"cannot update guard map: {os.strerror(code)}")
+                             "(protected: 16384, trusted: 4096, processes: 1024)") from None
+        raise GuardError(f"cannot update guard map: {os.strerror(exc.errno)}") from None
 
 
-def swap(fd: int, wanted: dict, between=None) -> None:
+def swap(m: FdMap, wanted: dict, between=None) -> None:
     """Make the map hold exactly ``wanted``: add and update first, delete stale keys last,
     so an object protected before and after is never unprotected in between. ``between``
     is called after the additions."""
     for (dev, ino), value in wanted.items():
-        _update(fd, KEY.pack(dev, ino), VALUE.pack(value))
+        _update(m, KEY.pack(dev, ino), VALUE.pack(value))
     if between:
         between()
     keep = {KEY.pack(*k) for k in wanted}
-    for raw in _keys(fd):
+    for raw in m.keys():
         if raw not in keep:
-            L.lib.bpf_map_delete_elem(fd, raw)
+            m.delete(raw)
 
 
-def _write_words(fd: int, words: dict[int, int], old: dict[int, int]) -> None:
+def _write_words(m: FdMap, words: dict[int, int], old: dict[int, int]) -> None:
     for idx in set(words) | set(old):
         if words.get(idx, 0) != old.get(idx, 0):
-            _update(fd, VALUE.pack(idx), WORD.pack(words.get(idx, 0)))
+            _update(m, VALUE.pack(idx), WORD.pack(words.get(idx, 0)))
 
 
-def apply(res: Resolution, fds: dict[str, int]) -> list[str]:
+def apply(res: Resolution, maps: dict[str, FdMap]) -> list[str]:
     """Fill the maps from ``res`` with no window: the filter gains the new keys' bits before
     they are added and loses the stale ones' only after those are deleted."""
     # trust first, protection last: a reload never denies a newly trusted program
-    swap(fds["trusted"], res.trusted)
-    swap(fds["protected_exe"], res.exe)
-    old = filter_words(KEY.unpack(raw) for raw in _keys(fds["protected"]))
+    swap(maps["trusted"], res.trusted)
+    swap(maps["protected_exe"], res.exe)
+    old = filter_words(KEY.unpack(raw) for raw in maps["protected"].keys())
     new = filter_words(res.protected)
     union = {i: old.get(i, 0) | new.get(i, 0) for i in set(old) | set(new)}
-    _write_words(fds["filter"], union, old)
+    _write_words(maps["filter"], union, old)
     # cached verdicts (see guard.bpf.c) go stale when keys are added, and again when removed
-    swap(fds["protected"], res.protected, lambda: _bump(fds.get("generation")))
-    _bump(fds.get("generation"))
-    _write_words(fds["filter"], new, union)
+    swap(maps["protected"], res.protected, lambda: _bump(maps.get("generation")))
+    _bump(maps.get("generation"))
+    _write_words(maps["filter"], new, union)
     return res.warnings
 
 
-def _bump(fd: int | None) -> None:
-    if fd is None:
+def _bump(m: FdMap | None) -> None:
+    if m is None:
         return
-    buf = ctypes.create_string_buffer(VALUE.size)
-    L.lib.bpf_map_lookup_elem(fd, VALUE.pack(GEN_POLICY), buf)
-    _update(fd, VALUE.pack(GEN_POLICY), VALUE.pack((VALUE.unpack(buf.raw)[0] + 1) & 0xFFFFFFFF))
+    raw = m.lookup(VALUE.pack(GEN_POLICY))
+    generation = VALUE.unpack(raw)[0] if raw else 0
+    _update(m, VALUE.pack(GEN_POLICY), VALUE.pack((generation + 1) & 0xFFFFFFFF))
 
 
-def register_self(fd: int, prog_ids, link_ids) -> None:
+def register_self(m: FdMap, prog_ids, link_ids) -> None:
     """The guard's own programs and links, which untrusted subjects may not get or detach."""
     for kind, ids in ((SELF_PROG, prog_ids), (SELF_LINK, link_ids)):
         for i in ids:
-            _update(fd, SELF_KEY.pack(kind, i), VALUE.pack(1))
+            _update(m, SELF_KEY.pack(kind, i), VALUE.pack(1))
 
 
 # --- policy reloads ---------------------------------------------------------------------
@@ -471,7 +459,7 @@ def locked():
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def install(policy: GuardPolicy, policy_path: str, sig: dict, fds: dict | None = None) -> Resolution:
+def install(policy: GuardPolicy, policy_path: str, sig: dict, maps: dict | None = None) -> Resolution:
     """Resolve ``policy`` with the guard's own protections and swap it into the maps; record
     it in the state. Called with locked() held."""
     state = read_state() or {}
@@ -479,13 +467,13 @@ def install(policy: GuardPolicy, policy_path: str, sig: dict, fds: dict | None =
         raise GuardError(f"the policy's mode ({policy.mode}) differs from the running guard's "
                          f"({state['mode']}): `guard stop` and `guard start` to change it")
     res = resolve(policy, self_rules(policy_path))
-    if fds is None:
+    if maps is None:
         with contextlib.ExitStack() as stack:
-            fds = {name: stack.enter_context(pinned(name, purpose="reload the guard's policy"))
-                   for name in MAP_FDS}
-            apply(res, fds)
+            maps = {name: stack.enter_context(pinned(name, purpose="reload the guard's policy"))
+                    for name in MAP_NAMES}
+            apply(res, maps)
     else:
-        apply(res, fds)
+        apply(res, maps)
     state.update(policy=os.path.abspath(policy_path), rules=policy.to_dict(), applied=sig,
                  warnings=res.warnings, **res.counts())
     write_state(state)
@@ -537,18 +525,18 @@ def write_state(state: dict) -> None:
 
 def counters() -> dict:
     """Denied/audited/lost counts, through read-only fds (granted to anyone)."""
-    ncpus = possible_cpu_count()
     out = {}
-    with pinned("counters", readonly=True) as fd:
+    with pinned("counters", readonly=True) as m:
         for idx, name in enumerate(("denied", "audited")):
-            buf = ctypes.create_string_buffer(8 * ncpus)
-            L.lib.bpf_map_lookup_elem(fd, struct.pack("=I", idx), buf)
-            out[name] = sum(struct.unpack(f"={ncpus}Q", buf.raw))
-    with pinned("events_lost", readonly=True) as fd:
-        buf = ctypes.create_string_buffer(8 * ncpus)
-        L.lib.bpf_map_lookup_elem(fd, struct.pack("=I", 0), buf)
-        out["lost"] = sum(struct.unpack(f"={ncpus}Q", buf.raw))
+            out[name] = _per_cpu_sum(m, idx)
+    with pinned("events_lost", readonly=True) as m:
+        out["lost"] = _per_cpu_sum(m, 0)
     return out
+
+
+def _per_cpu_sum(m: FdMap, idx: int) -> int:
+    raw = m.lookup(struct.pack("=I", idx))
+    return sum(struct.unpack("=Q", v)[0] for v in m.per_cpu_values(raw)) if raw else 0
 
 
 def agent_alive(pid) -> bool:
@@ -591,13 +579,15 @@ def stop() -> bool:
     names = sorted(os.listdir(PIN_DIR))
     for name in names:
         if name.startswith("link_"):
-            fd = L.lib.bpf_obj_get(os.fsencode(os.path.join(PIN_DIR, name)))
-            if fd >= 0:
-                # detaches where the kernel can (LSM links: not before 6.x, EOPNOTSUPP); the
-                # guard answers EPERM to an untrusted caller, which stops us here, intact
-                err = L.lib.bpf_link_detach(fd)
-                os.close(fd)
-                if err == -1:  # -EPERM
+            try:
+                fd = pinned_objects.open_pin(os.path.join(PIN_DIR, name))
+            except PinError:
+                continue
+            # detaches where the kernel can (LSM links: not before 6.x, EOPNOTSUPP); the
+            # guard answers EPERM to an untrusted caller, which stops us here, intact
+            err = pinned_objects.detach_link(fd)
+            os.close(fd)
+            if err == 1:  # EPERM
                     raise GuardError(f"denied: only a subject the running guard trusts may stop "
                                      f"it; {TRUST_HINT}", EXIT_DENIED)
     try:

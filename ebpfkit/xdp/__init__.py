@@ -2,5 +2,5 @@
 flows) and the Maglev load balancer, with the pins that let them outlive the command.
 
 Modules: ``rules`` (rule model, YAML, validation), ``filter``, ``maglev`` (pure Python table),
-``lb``, ``pins`` (pin directories, interfaces in namespaces), ``rawmap`` (maps by fd).
+``lb``, ``pins`` (pin directories, interfaces in namespaces), ``counters`` (the programs' per-CPU counters).
 """

@@ -13,9 +13,10 @@ import os
 import struct
 from dataclasses import dataclass
 
+from ..engine.pinned import FdMap
 from ..errors import EbpfkitError
 from . import pins
-from .rawmap import COUNTER, RawMap, per_cpu_counter
+from .counters import COUNTER, per_cpu_counter
 from .rules import TABLES, Rule, RuleError, check_rules, decode_entries, entries, table_flags
 
 PROGRAM = "xdp_filter.bpf.c"
@@ -48,7 +49,7 @@ def _key(i: int) -> bytes:
 class FilterTables:
     """The maps of one filter (its own fds): rules, counters, configuration."""
 
-    def __init__(self, maps: dict[str, RawMap], path: str | None = None):
+    def __init__(self, maps: dict[str, FdMap], path: str | None = None):
         missing = [n for n in MAP_NAMES if n not in maps]
         if missing:
             for m in maps.values():
@@ -59,7 +60,7 @@ class FilterTables:
 
     @classmethod
     def of_object(cls, obj) -> "FilterTables":
-        return cls({n: RawMap.of(obj.maps[n]) for n in MAP_NAMES})
+        return cls({n: FdMap.of(obj.maps[n]) for n in MAP_NAMES})
 
     @classmethod
     def open_dir(cls, path: str) -> "FilterTables":
@@ -68,7 +69,7 @@ class FilterTables:
             for n in MAP_NAMES:
                 p = os.path.join(path, n)
                 if os.path.exists(p):
-                    maps[n] = RawMap.open_pinned(p)
+                    maps[n] = FdMap.open_pinned(p)
         except BaseException:
             for m in maps.values():
                 m.close()

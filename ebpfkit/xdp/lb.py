@@ -22,9 +22,10 @@ import time
 from array import array
 from dataclasses import dataclass
 
+from ..engine.pinned import FdMap
 from ..errors import EbpfkitError
 from . import maglev, pins
-from .rawmap import COUNTER, RawMap, per_cpu_counter
+from .counters import COUNTER, per_cpu_counter
 from .rules import parse_proto, proto_name
 
 PROGRAM = "xdp_lb.bpf.c"
@@ -236,7 +237,7 @@ def _poke(netns: str | None, family: int, addr: str) -> None:
 class LbTables:
     """The maps of one load balancer (its own fds)."""
 
-    def __init__(self, maps: dict[str, RawMap], path: str | None = None, netns: str | None = None):
+    def __init__(self, maps: dict[str, FdMap], path: str | None = None, netns: str | None = None):
         missing = [n for n in MAP_NAMES if n not in maps]
         if missing:
             for m in maps.values():
@@ -248,7 +249,7 @@ class LbTables:
 
     @classmethod
     def of_object(cls, obj, netns: str | None = None) -> "LbTables":
-        return cls({n: RawMap.of(obj.maps[n]) for n in MAP_NAMES}, netns=netns)
+        return cls({n: FdMap.of(obj.maps[n]) for n in MAP_NAMES}, netns=netns)
 
     @classmethod
     def open_dir(cls, path: str, netns: str | None = None) -> "LbTables":
@@ -256,7 +257,7 @@ class LbTables:
         try:
             for n in MAP_NAMES:
                 if os.path.exists(os.path.join(path, n)):
-                    maps[n] = RawMap.open_pinned(os.path.join(path, n))
+                    maps[n] = FdMap.open_pinned(os.path.join(path, n))
         except BaseException:
             for m in maps.values():
                 m.close()

@@ -12,17 +12,16 @@ program when the process dies, however it dies.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import fcntl
 import os
 from dataclasses import dataclass
 
-from ..engine import _libbpf as L
+from ..engine import pinned
+from ..engine.constants import LinkType
 from ..engine.mounts import PIN_ROOT, ensure_bpffs
 from ..errors import EbpfkitError
 
 XDP_PIN_ROOT = os.path.join(PIN_ROOT, "xdp")
-_BPF_LINK_TYPE_XDP = 6
 
 
 class InterfaceError(EbpfkitError):
@@ -136,16 +135,7 @@ def locked(path: str):
 
 
 def pinned_prog_id(path: str) -> int | None:
-    fd = L.lib.bpf_obj_get(os.fsencode(os.path.join(path, "prog")))
-    if fd < 0:
-        return None
-    try:
-        info = L.bpf_prog_info()
-        size = ctypes.c_uint32(ctypes.sizeof(info))
-        L.lib.bpf_obj_get_info_by_fd(fd, ctypes.byref(info), ctypes.byref(size))
-        return info.id
-    finally:
-        os.close(fd)
+    return pinned.pinned_prog_id(os.path.join(path, "prog"))
 
 
 def state(path: str, iface: Iface | None) -> str:
@@ -163,42 +153,18 @@ def detach(path: str, iface: Iface | None) -> bool:
     """Detach our program from the interface (a pinned link, or a foreground run's link found
     by program id) and remove the pins. True if something was attached."""
     detached = False
-    link_fd = L.lib.bpf_obj_get(os.fsencode(os.path.join(path, "link")))
-    if link_fd >= 0:
+    with contextlib.suppress(pinned.PinError):
+        link_fd = pinned.open_pin(os.path.join(path, "link"))
         try:
-            detached = L.lib.bpf_link_detach(link_fd) == 0
+            detached = pinned.detach_link(link_fd) == 0
         finally:
             os.close(link_fd)
     prog = pinned_prog_id(path)
     if prog is not None and iface is not None and attached_prog_id(iface) == prog:
-        detached |= _detach_links_of(prog)
+        # a foreground run's link: its owner's fd then dangles
+        detached |= pinned.detach_links_of(LinkType.XDP, prog)
     remove_pin_dir(path)
     return detached
-
-
-def _detach_links_of(prog_id: int) -> bool:
-    """BPF_LINK_DETACH every XDP link running ``prog_id`` (the owner's fd then dangles)."""
-    cur, nxt, done = 0, ctypes.c_uint32(), False
-    while L.lib.bpf_link_get_next_id(cur, ctypes.byref(nxt)) == 0:
-        cur = nxt.value
-        fd = L.lib.bpf_link_get_fd_by_id(cur)
-        if fd < 0:
-            continue
-        try:
-            info = L.bpf_link_info()
-            size = ctypes.c_uint32(ctypes.sizeof(info))
-            if L.lib.bpf_obj_get_info_by_fd(fd, ctypes.byref(info), ctypes.byref(size)) == 0 \
-                    and info.type == _BPF_LINK_TYPE_XDP and info.prog_id == prog_id:
-                done |= L.lib.bpf_link_detach(fd) == 0
-        finally:
-            os.close(fd)
-    return done
-
-
-def pin_fd(fd: int, path: str) -> None:
-    err = L.lib.bpf_obj_pin(fd, os.fsencode(path))
-    if err:
-        raise EbpfkitError(f"cannot pin {path}: {os.strerror(-err)}")
 
 
 # --- attaching and detaching ---------------------------------------------------------------------
@@ -225,7 +191,7 @@ def attach_program(obj, prog_name: str, iface: Iface, mode: str, path: str, pers
     from ..net import in_netns
 
     prog = obj.programs[prog_name]
-    pin_fd(prog.fd, os.path.join(path, "prog"))
+    pinned.pin(prog.fd, os.path.join(path, "prog"))
     attach = lambda: prog.attach_xdp(iface.ifindex, mode)  # noqa: E731
     try:
         link = in_netns(iface.netns, attach) if iface.netns else attach()

@@ -442,14 +442,11 @@ sys.exit(0 if libc.ptrace(16, {victim.pid}, 0, 0) == -1 else 1)  # PTRACE_ATTACH
 
 def _link_ids(pin: str) -> tuple[int, int]:
     """(link id, program id) of a pinned link: a link fd is not refused, a program's is."""
-    from ebpfkit.engine import _libbpf as L
+    from ebpfkit.engine import pinned
 
-    fd = L.lib.bpf_obj_get(os.fsencode(pin))
-    assert fd >= 0, os.strerror(-fd)
+    fd = pinned.open_pin(pin)
     try:
-        info = L.bpf_link_info()
-        size = ctypes.c_uint32(ctypes.sizeof(info))
-        assert L.lib.bpf_obj_get_info_by_fd(fd, ctypes.byref(info), ctypes.byref(size)) == 0
+        info = pinned.link_info(fd)
         return info.id, info.prog_id
     finally:
         os.close(fd)
