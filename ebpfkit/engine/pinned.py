@@ -84,6 +84,12 @@ def detach_link(fd: int) -> int:
     return abs(err) if err else 0
 
 
+def prog_detach(prog_fd: int, target_fd: int, attach_type: int) -> int:
+    """BPF_PROG_DETACH (what BPF_PROG_ATTACH made, on kernels without a link for it): 0 or errno."""
+    err = L.lib.bpf_prog_detach2(prog_fd, target_fd, attach_type)
+    return abs(err) if err else 0
+
+
 def detach_links_of(link_type: int, prog_id: int) -> bool:
     """Detach every link of ``link_type`` running ``prog_id`` (the links of a process that
     kept no pin: the kernel would only detach them when their last fd closes). True if any."""

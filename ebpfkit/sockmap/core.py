@@ -14,13 +14,11 @@ the map instead would free their psock and any data still waiting in its ingress
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import time
 from dataclasses import dataclass, field
 
-from ..engine import _libbpf as L
-from ..engine import links, mounts
+from ..engine import links, mounts, pinned
 from ..engine.constants import AttachType
 from ..errors import AttachError
 from . import maps as M
@@ -84,9 +82,8 @@ class Accelerator:
         spec.programs["sockmap_pass"].autoload = verdict
         self.obj = spec.load()
         try:
-            fd = self.fd
-            M.write_ports(fd("ports"), self.options.ports)
-            M.write_info(fd("info"), enabled_at=time.time(), ipv6=self.options.ipv6, skb_verdict=verdict,
+            M.write_ports(self.map("ports"), self.options.ports)
+            M.write_info(self.map("info"), enabled_at=time.time(), ipv6=self.options.ipv6, skb_verdict=verdict,
                          regression=bool(self.regression and self.regression.affected),
                          nports=len(self.options.ports), cgroup_id=self.cgroup_id)
             # map programs first: a socket copies the map's programs when it is added
@@ -101,22 +98,22 @@ class Accelerator:
             raise
         return self
 
-    def fd(self, map_name: str) -> int:
-        return self.obj.maps[map_name].fd
+    def map(self, name: str) -> pinned.FdMap:
+        return self.obj.maps[name].raw
 
     def stats(self) -> dict[str, int]:
-        return M.read_stats(self.fd("stats"))
+        return M.read_stats(self.map("stats"))
 
     def sockets(self) -> list[dict]:
-        return M.read_sockets(self.fd("sock_hash"))
+        return M.read_sockets(self.map("sock_hash"))
 
     def keys(self) -> set[bytes]:
-        return M.raw_keys(self.fd("sock_hash"))
+        return M.raw_keys(self.map("sock_hash"))
 
     def status(self) -> dict:
-        return _status_record(self.cgroup, self.cgroup_id, M.read_info(self.fd("info")),
-                              M.read_ports(self.fd("ports")), self.stats(),
-                              M.count_sockets(self.fd("sock_hash")), pinned=False)
+        return _status_record(self.cgroup, self.cgroup_id, M.read_info(self.map("info")),
+                              M.read_ports(self.map("ports")), self.stats(),
+                              M.count_sockets(self.map("sock_hash")), pinned=False)
 
     def pin(self, directory: str) -> None:
         """Pin maps, links and programs so the acceleration outlives this process."""
@@ -128,8 +125,12 @@ class Accelerator:
                 self.obj.links.remove(link)  # so closing the object does not detach it
         for name, pin in PROG_PINS.items():
             prog = self.obj.programs[name]
-            if prog.autoload and L.lib.bpf_obj_pin(prog.fd, os.fsencode(os.path.join(directory, pin))):
-                raise AttachError(f"cannot pin program {name} in {directory}: {os.strerror(L.errno())}")
+            if prog.autoload:
+                try:
+                    pinned.pin(prog.fd, os.path.join(directory, pin))
+                except pinned.PinError as exc:
+                    raise AttachError(f"cannot pin program {name} in {directory}: "
+                                      f"{os.strerror(exc.errno)}") from None
 
     def close(self) -> None:
         if self.obj is not None:
@@ -179,27 +180,24 @@ class Enablement:
     def complete(self) -> bool:
         return all(os.path.exists(os.path.join(self.directory, n)) for n in ("info", "sock_hash", "stats"))
 
-    @contextlib.contextmanager
-    def _map(self, name: str):
-        fd = L.lib.bpf_obj_get(os.fsencode(os.path.join(self.directory, name)))
-        if fd < 0:
-            raise AttachError(f"sockmap pin {self.directory}/{name} is missing: {os.strerror(-fd)}")
+    def _map(self, name: str) -> pinned.FdMap:
         try:
-            yield fd
-        finally:
-            os.close(fd)
+            return pinned.FdMap.open_pinned(os.path.join(self.directory, name))
+        except pinned.PinError as exc:
+            raise AttachError(f"sockmap pin {self.directory}/{name} is missing: "
+                              f"{os.strerror(exc.errno)}") from None
 
     def stats(self) -> dict[str, int]:
-        with self._map("stats") as fd:
-            return M.read_stats(fd)
+        with self._map("stats") as m:
+            return M.read_stats(m)
 
     def sockets(self) -> list[dict]:
-        with self._map("sock_hash") as fd:
-            return M.read_sockets(fd)
+        with self._map("sock_hash") as m:
+            return M.read_sockets(m)
 
     def keys(self) -> set[bytes]:
-        with self._map("sock_hash") as fd:
-            return M.raw_keys(fd)
+        with self._map("sock_hash") as m:
+            return M.raw_keys(m)
 
     def status(self) -> dict:
         with self._map("info") as info, self._map("ports") as ports, self._map("sock_hash") as sh:
@@ -209,10 +207,9 @@ class Enablement:
     def remove(self) -> None:
         """Detach from the cgroup and the map, unpin everything (connections keep working)."""
         for pin in ("link_sockops", "link_sk_msg", "link_sk_skb"):
-            path = os.path.join(self.directory, pin)
-            fd = L.lib.bpf_obj_get(os.fsencode(path))
-            if fd >= 0:  # detach now, even if another process still holds the link
-                L.lib.bpf_link_detach(fd)
+            with contextlib.suppress(pinned.PinError):
+                fd = pinned.open_pin(os.path.join(self.directory, pin))
+                pinned.detach_link(fd)  # now, even if another process still holds the link
                 os.close(fd)
         _prog_detach_fallback(self.directory)
         mounts.remove_pin_dir(os.path.join(TOOL, str(self.cgroup_id)))
@@ -225,14 +222,15 @@ def _prog_detach_fallback(directory: str) -> None:
     """Kernels without sockmap links: detach the pinned programs from the pinned map."""
     if os.path.exists(os.path.join(directory, "link_sk_msg")):
         return
-    map_fd = L.lib.bpf_obj_get(os.fsencode(os.path.join(directory, "sock_hash")))
-    if map_fd < 0:
+    try:
+        map_fd = pinned.open_pin(os.path.join(directory, "sock_hash"))
+    except pinned.PinError:
         return
     try:
         for pin, attach in (("prog_sk_msg", AttachType.SK_MSG_VERDICT), ("prog_sk_skb", AttachType.SK_SKB_VERDICT)):
-            fd = L.lib.bpf_obj_get(os.fsencode(os.path.join(directory, pin)))
-            if fd >= 0:
-                L.lib.bpf_prog_detach2(fd, map_fd, attach)
+            with contextlib.suppress(pinned.PinError):
+                fd = pinned.open_pin(os.path.join(directory, pin))
+                pinned.prog_detach(fd, map_fd, attach)
                 os.close(fd)
     finally:
         os.close(map_fd)

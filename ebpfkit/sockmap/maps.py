@@ -1,16 +1,13 @@
-"""Reading sockmap's maps by fd, the same for a live object and for pins another process
-left: counters (per-CPU array), the sockets in the SOCKHASH, the ports, the info record.
-Layouts follow ebpfkit/programs/sockmap.h."""
+"""Reading sockmap's maps through the engine's FdMap, the same for a live object and for
+pins another process left: counters (per-CPU array), the sockets in the SOCKHASH, the
+ports, the info record. Layouts follow ebpfkit/programs/sockmap.h."""
 
 from __future__ import annotations
 
-import ctypes
-import os
 import socket
 import struct
 
-from ..engine import _libbpf as L
-from ..engine.maps import possible_cpu_count
+from ..engine.pinned import FdMap
 
 STATS = ("sockets_added", "add_failed", "msgs_redirected", "bytes_redirected",
          "msgs_fallback", "bytes_fallback")
@@ -19,26 +16,14 @@ INFO = struct.Struct("=QIIIIQ")            # struct sockmap_info
 INFO_FIELDS = ("enabled_at", "ipv6", "skb_verdict", "regression", "nports", "cgroup_id")
 
 
-def _lookup(fd: int, key: bytes, size: int) -> bytes | None:
-    buf = ctypes.create_string_buffer(size)
-    return buf.raw if L.lib.bpf_map_lookup_elem(fd, key, buf) == 0 else None
+ZERO = struct.pack("=I", 0)  # the key of the one-element arrays
 
 
-def _keys(fd: int, key_size: int):
-    key, nxt = ctypes.create_string_buffer(key_size), ctypes.create_string_buffer(key_size)
-    err = L.lib.bpf_map_get_next_key(fd, None, nxt)
-    while err == 0:
-        yield nxt.raw
-        ctypes.memmove(key, nxt, key_size)
-        err = L.lib.bpf_map_get_next_key(fd, key, nxt)
-
-
-def read_stats(fd: int) -> dict[str, int]:
+def read_stats(m: FdMap) -> dict[str, int]:
     """The per-CPU struct sockmap_stats, summed over CPUs."""
-    ncpus, n = possible_cpu_count(), len(STATS)
-    raw = _lookup(fd, struct.pack("=I", 0), 8 * n * ncpus) or bytes(8 * n * ncpus)
-    values = struct.unpack(f"={n * ncpus}Q", raw)
-    return {name: sum(values[cpu * n + i] for cpu in range(ncpus)) for i, name in enumerate(STATS)}
+    raw = m.lookup(ZERO)
+    per_cpu = [struct.unpack(f"={len(STATS)}Q", v) for v in m.per_cpu_values(raw)] if raw else []
+    return {name: sum(values[i] for values in per_cpu) for i, name in enumerate(STATS)}
 
 
 def decode_key(raw: bytes) -> dict:
@@ -68,38 +53,31 @@ def key_of(sock: socket.socket) -> bytes:
     return encode_key(sock.family, local[0], local[1], remote[0], remote[1])
 
 
-def read_sockets(fd: int) -> list[dict]:
-    return [decode_key(raw) for raw in _keys(fd, KEY.size)]
+def read_sockets(m: FdMap) -> list[dict]:
+    return [decode_key(raw) for raw in m.iter_keys()]
 
 
-def count_sockets(fd: int) -> int:
-    return sum(1 for _ in _keys(fd, KEY.size))
+def count_sockets(m: FdMap) -> int:
+    return sum(1 for _ in m.iter_keys())
 
 
-def raw_keys(fd: int) -> set[bytes]:
-    return set(_keys(fd, KEY.size))
+def raw_keys(m: FdMap) -> set[bytes]:
+    return set(m.iter_keys())
 
 
-def read_ports(fd: int) -> list[int]:
-    return sorted(struct.unpack("=H", raw)[0] for raw in _keys(fd, 2))
+def read_ports(m: FdMap) -> list[int]:
+    return sorted(struct.unpack("=H", raw)[0] for raw in m.iter_keys())
 
 
-def write_ports(fd: int, ports) -> None:
-    one = ctypes.c_uint8(1)
+def write_ports(m: FdMap, ports) -> None:
     for port in ports:
-        key = ctypes.c_uint16(port)
-        err = L.lib.bpf_map_update_elem(fd, ctypes.byref(key), ctypes.byref(one), 0)
-        if err:
-            raise OSError(-err, f"cannot store port {port}: {os.strerror(-err)}")
+        m.update(struct.pack("=H", port), b"\x01")
 
 
-def read_info(fd: int) -> dict:
-    raw = _lookup(fd, struct.pack("=I", 0), INFO.size)
+def read_info(m: FdMap) -> dict:
+    raw = m.lookup(ZERO)
     return dict(zip(INFO_FIELDS, INFO.unpack(raw))) if raw else {}
 
 
-def write_info(fd: int, **fields) -> None:
-    values = INFO.pack(*(int(fields.get(name, 0)) for name in INFO_FIELDS))
-    err = L.lib.bpf_map_update_elem(fd, struct.pack("=I", 0), values, 0)
-    if err:
-        raise OSError(-err, f"cannot write the info record: {os.strerror(-err)}")
+def write_info(m: FdMap, **fields) -> None:
+    m.update(ZERO, INFO.pack(*(int(fields.get(name, 0)) for name in INFO_FIELDS)))

@@ -12,12 +12,11 @@ what MSG_PEEK sees. The kernel release is only a fallback when the probe cannot 
 from __future__ import annotations
 
 import array
-import ctypes
 import fcntl
-import os
 import platform
 import re
 import socket
+import struct
 import termios
 import time
 from dataclasses import dataclass
@@ -63,18 +62,15 @@ def _fionread(sock: socket.socket) -> int:
 
 def probe() -> tuple[int, int]:
     """(bytes MSG_PEEK sees, bytes FIONREAD reports) on a socket inside a SOCKHASH."""
-    from ..engine import _libbpf as L
     from ..engine.constants import MapType
     from ..engine.maps import create_map
+    from ..engine.pinned import FdMap
 
-    map_fd = create_map(MapType.SOCKHASH, 4, 8, 1, "ek_fionread")
+    sockets = FdMap(create_map(MapType.SOCKHASH, 4, 8, 1, "ek_fionread"))
     client = server = None
     try:
         client, server = _loopback_pair()
-        key, value = ctypes.c_uint32(0), ctypes.c_uint64(server.fileno())
-        err = L.lib.bpf_map_update_elem(map_fd, ctypes.byref(key), ctypes.byref(value), 0)
-        if err:
-            raise OSError(-err, f"cannot put a socket in a SOCKHASH: {os.strerror(-err)}")
+        sockets.update(struct.pack("=I", 0), struct.pack("=Q", server.fileno()))
         client.sendall(b"x" * PROBE_BYTES)
         peeked, deadline = 0, time.monotonic() + 2
         while peeked < PROBE_BYTES and time.monotonic() < deadline:
@@ -87,7 +83,7 @@ def probe() -> tuple[int, int]:
         for s in (client, server):
             if s is not None:
                 s.close()
-        os.close(map_fd)
+        sockets.close()
 
 
 def detect() -> RegressionCheck:
