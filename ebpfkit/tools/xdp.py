@@ -329,42 +329,46 @@ def rules_replace(iface, netns, **rule_args):
         _print_rules(out, tables)
 
 
-class FilterStats:
-    """Counters of a filter as rows, with rates since the previous sample."""
+def _counter_row(row: dict, counter: tuple, before, seconds) -> dict:
+    """``row`` with packets and bytes, and pps and bps since ``before`` (the previous sample)."""
+    pk, by = counter
+    return {**row, "packets": pk, "bytes": by, "pps": _rate(pk, before and before[0], seconds),
+            "bps": _rate(8 * by, before and 8 * before[1], seconds)}
+
+
+class _CounterView:
+    """Counters of a pinned XDP program as rows, with rates since the previous sample."""
 
     def __init__(self, tables, iface=None):
         self.tables, self.iface = tables, iface
-        self.prev_rules: dict = {}
+        self.prev: dict = {}
         self.prev_totals: dict = {}
         self.when: float | None = None
 
-    def sample(self) -> dict:
+    def _document(self, name: str, items, counters: dict, config: dict) -> dict:
+        """``items``: (key, row) per counted thing; ``counters``: key -> (packets, bytes)."""
         from ..output.values import iso_time, now
 
-        rules = self.tables.rules()
-        counters = self.tables.rule_counters(rules)
         totals = self.tables.totals()
         t = time.monotonic()
         seconds = t - self.when if self.when is not None else None
-        rule_rows = []
-        for rid, r in sorted(rules.items()):
-            pk, by = counters[rid]
-            before = self.prev_rules.get(rid)
-            rule_rows.append({"id": rid, "rule": str(r), "packets": pk, "bytes": by,
-                              "pps": _rate(pk, before and before[0], seconds),
-                              "bps": _rate(8 * by, before and 8 * before[1], seconds)})
-        total_rows = []
-        for name, (pk, by) in totals.items():
-            before = self.prev_totals.get(name)
-            total_rows.append({"counter": name, "packets": pk, "bytes": by,
-                               "pps": _rate(pk, before and before[0], seconds),
-                               "bps": _rate(8 * by, before and 8 * before[1], seconds)})
-        self.prev_rules, self.prev_totals, self.when = counters, totals, t
-        conf = self.tables.config()
+        rows = [_counter_row(row, counters.get(key, (0, 0)), self.prev.get(key), seconds) for key, row in items]
+        total_rows = [_counter_row({"counter": n}, c, self.prev_totals.get(n), seconds) for n, c in totals.items()]
+        self.prev, self.prev_totals, self.when = counters, totals, t
         return {"time": iso_time(now()), "interval": round(seconds, 6) if seconds else None,
                 "iface": self.iface.name if self.iface else None,
-                "netns": self.iface.netns if self.iface else None, **conf.to_dict(),
-                "rules": rule_rows, "totals": total_rows}
+                "netns": self.iface.netns if self.iface else None, **config,
+                name: rows, "totals": total_rows}
+
+
+class FilterStats(_CounterView):
+    """A filter's per-rule and per-action counters."""
+
+    def sample(self) -> dict:
+        rules = self.tables.rules()
+        counters = self.tables.rule_counters(rules)
+        return self._document("rules", [(rid, {"id": rid, "rule": str(r)}) for rid, r in sorted(rules.items())],
+                              counters, self.tables.config().to_dict())
 
     def show(self, out: Output) -> None:
         doc = self.sample()
@@ -561,41 +565,14 @@ def backend_del(iface, netns, backends):
         _print_backends(out, tables)
 
 
-class LbStats:
-    """Per-backend counters and totals, with rates since the previous sample."""
-
-    def __init__(self, tables, iface=None):
-        self.tables, self.iface = tables, iface
-        self.prev: dict = {}
-        self.prev_totals: dict = {}
-        self.when: float | None = None
+class LbStats(_CounterView):
+    """A load balancer's per-backend counters and totals."""
 
     def sample(self) -> dict:
-        from ..output.values import iso_time, now
-
         backends = self.tables.backends()
         counters = self.tables.backend_counters()
-        totals = self.tables.totals()
-        t = time.monotonic()
-        seconds = t - self.when if self.when is not None else None
-        rows = []
-        for b in backends:
-            pk, by = counters.get(b.slot, (0, 0))
-            before = self.prev.get(b.slot)
-            rows.append({"slot": b.slot, "backend": b.name, "weight": b.weight, "packets": pk,
-                         "bytes": by, "pps": _rate(pk, before and before[0], seconds),
-                         "bps": _rate(8 * by, before and 8 * before[1], seconds)})
-        total_rows = []
-        for name, (pk, by) in totals.items():
-            before = self.prev_totals.get(name)
-            total_rows.append({"counter": name, "packets": pk, "bytes": by,
-                               "pps": _rate(pk, before and before[0], seconds),
-                               "bps": _rate(8 * by, before and 8 * before[1], seconds)})
-        self.prev, self.prev_totals, self.when = counters, totals, t
-        return {"time": iso_time(now()), "interval": round(seconds, 6) if seconds else None,
-                "iface": self.iface.name if self.iface else None,
-                "netns": self.iface.netns if self.iface else None, **self.tables.config(),
-                "backends": rows, "totals": total_rows}
+        items = [(b.slot, {"slot": b.slot, "backend": b.name, "weight": b.weight}) for b in backends]
+        return self._document("backends", items, counters, self.tables.config())
 
     def show(self, out: Output) -> None:
         doc = self.sample()

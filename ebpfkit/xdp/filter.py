@@ -13,11 +13,10 @@ import os
 import struct
 from dataclasses import dataclass
 
-from ..engine.pinned import FdMap
-from ..errors import EbpfkitError
 from . import pins
 from .counters import COUNTER, per_cpu_counter
 from .rules import TABLES, Rule, RuleError, check_rules, decode_entries, entries, table_flags
+from .tables import Tables
 
 PROGRAM = "xdp_filter.bpf.c"
 DEFAULT_MAX_RULES = 65536
@@ -46,45 +45,11 @@ def _key(i: int) -> bytes:
     return U32.pack(i)
 
 
-class FilterTables:
+class FilterTables(Tables):
     """The maps of one filter (its own fds): rules, counters, configuration."""
 
-    def __init__(self, maps: dict[str, FdMap], path: str | None = None):
-        missing = [n for n in MAP_NAMES if n not in maps]
-        if missing:
-            for m in maps.values():
-                m.close()
-            raise EbpfkitError(f"{path or 'object'} is not an ebpfkit XDP filter "
-                               f"(no map {missing[0]})")
-        self.maps, self.path = maps, path
-
-    @classmethod
-    def of_object(cls, obj) -> "FilterTables":
-        return cls({n: FdMap.of(obj.maps[n]) for n in MAP_NAMES})
-
-    @classmethod
-    def open_dir(cls, path: str) -> "FilterTables":
-        maps = {}
-        try:
-            for n in MAP_NAMES:
-                p = os.path.join(path, n)
-                if os.path.exists(p):
-                    maps[n] = FdMap.open_pinned(p)
-        except BaseException:
-            for m in maps.values():
-                m.close()
-            raise
-        return cls(maps, path)
-
-    def close(self) -> None:
-        for m in self.maps.values():
-            m.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
+    MAP_NAMES = MAP_NAMES
+    KIND = "XDP filter"
 
     # --- configuration ---
 

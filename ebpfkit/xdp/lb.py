@@ -22,11 +22,11 @@ import time
 from array import array
 from dataclasses import dataclass
 
-from ..engine.pinned import FdMap
 from ..errors import EbpfkitError
 from . import maglev, pins
 from .counters import COUNTER, per_cpu_counter
 from .rules import parse_proto, proto_name
+from .tables import Tables
 
 PROGRAM = "xdp_lb.bpf.c"
 DEFAULT_MAX_BACKENDS = 256
@@ -234,45 +234,15 @@ def _poke(netns: str | None, family: int, addr: str) -> None:
 
 # --- the maps ------------------------------------------------------------------------------------
 
-class LbTables:
+class LbTables(Tables):
     """The maps of one load balancer (its own fds)."""
 
-    def __init__(self, maps: dict[str, FdMap], path: str | None = None, netns: str | None = None):
-        missing = [n for n in MAP_NAMES if n not in maps]
-        if missing:
-            for m in maps.values():
-                m.close()
-            raise EbpfkitError(f"{path or 'object'} is not an ebpfkit XDP load balancer "
-                               f"(no map {missing[0]})")
-        self.maps, self.path = maps, path
+    MAP_NAMES = MAP_NAMES
+    KIND = "XDP load balancer"
+
+    def __init__(self, maps: dict, path: str | None = None, netns: str | None = None):
+        super().__init__(maps, path)
         self.netns = netns  # where backend ifindexes are valid (None: the caller's namespace)
-
-    @classmethod
-    def of_object(cls, obj, netns: str | None = None) -> "LbTables":
-        return cls({n: FdMap.of(obj.maps[n]) for n in MAP_NAMES}, netns=netns)
-
-    @classmethod
-    def open_dir(cls, path: str, netns: str | None = None) -> "LbTables":
-        maps = {}
-        try:
-            for n in MAP_NAMES:
-                if os.path.exists(os.path.join(path, n)):
-                    maps[n] = FdMap.open_pinned(os.path.join(path, n))
-        except BaseException:
-            for m in maps.values():
-                m.close()
-            raise
-        return cls(maps, path, netns)
-
-    def close(self) -> None:
-        for m in self.maps.values():
-            m.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     def _set_tx_port(self, slot: int, ifindex: int) -> None:
         """A devmap entry names a device by ifindex, which the kernel resolves in the namespace
@@ -423,7 +393,7 @@ def load_lb(vip: Vip, backends: list[Backend], table_size: int = maglev.DEFAULT_
     spec.maps["flows"].max_entries = flows
     obj = spec.load()
     try:
-        tables = LbTables.of_object(obj, netns)
+        tables = LbTables.of_object(obj, netns=netns)
         tables.write_config(vip, mode)
         tables.change(add=backends, xdp_ifindex=xdp_ifindex)
     except BaseException:
@@ -473,4 +443,4 @@ def open_pinned(iface_name: str, netns: str | None = None) -> LbTables:
         raise pins.NotAttachedError(f"no ebpfkit XDP load balancer is attached to {iface.where} "
                                     f"(nothing pinned at {path})",
                                     hint="attach one with `ebpfkit xdp lb attach`")
-    return LbTables.open_dir(path, netns)
+    return LbTables.open_dir(path, netns=netns)

@@ -1,0 +1,50 @@
+"""The maps of one XDP program as a set: the live object's (duplicated fds, so they outlive
+it) or those pinned in its directory by an earlier command. A program's tables class names
+its maps; opening is all or nothing."""
+
+from __future__ import annotations
+
+import os
+
+from ..engine.pinned import FdMap
+from ..errors import EbpfkitError
+
+
+class Tables:
+    MAP_NAMES: tuple[str, ...] = ()
+    KIND = "XDP program"  # what the maps belong to, for messages
+
+    def __init__(self, maps: dict[str, FdMap], path: str | None = None):
+        missing = [n for n in self.MAP_NAMES if n not in maps]
+        if missing:
+            for m in maps.values():
+                m.close()
+            raise EbpfkitError(f"{path or 'object'} is not an ebpfkit {self.KIND} (no map {missing[0]})")
+        self.maps, self.path = maps, path
+
+    @classmethod
+    def of_object(cls, obj, **extra):
+        return cls({n: FdMap.of(obj.maps[n]) for n in cls.MAP_NAMES}, **extra)
+
+    @classmethod
+    def open_dir(cls, path: str, **extra):
+        maps = {}
+        try:
+            for n in cls.MAP_NAMES:
+                if os.path.exists(os.path.join(path, n)):
+                    maps[n] = FdMap.open_pinned(os.path.join(path, n))
+        except BaseException:
+            for m in maps.values():
+                m.close()
+            raise
+        return cls(maps, path, **extra)
+
+    def close(self) -> None:
+        for m in self.maps.values():
+            m.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
