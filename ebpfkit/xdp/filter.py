@@ -9,7 +9,6 @@ rules while it runs (see the program's header comment for the double-buffered ta
 
 from __future__ import annotations
 
-import os
 import struct
 from dataclasses import dataclass
 
@@ -50,6 +49,7 @@ class FilterTables(Tables):
 
     MAP_NAMES = MAP_NAMES
     KIND = "XDP filter"
+    COMMAND = "filter"
 
     # --- configuration ---
 
@@ -253,44 +253,19 @@ def load_filter(rules: list[Rule] = (), config: FilterConfig = FilterConfig()):
     return obj, tables
 
 
-@dataclass
-class Attachment:
-    """A filter attached to an interface. ``close()`` detaches a foreground one (no pinned
-    link) and removes its pins; a persistent one stays attached, only our fds are closed."""
-
-    iface: pins.Iface
-    path: str
-    obj: object
-    tables: FilterTables
-    link: object
-    persistent: bool
-
-    def close(self) -> None:
-        self.tables.close()
-        self.obj.close()
-        if not self.persistent:
-            pins.remove_pin_dir(self.path)
-
-
 def attach(iface_name: str, rules: list[Rule] = (), config: FilterConfig = FilterConfig(),
-           netns: str | None = None, persistent: bool = True) -> Attachment:
+           netns: str | None = None, persistent: bool = True) -> pins.Attachment:
     """Load the filter with ``rules``, attach it to the interface and pin it."""
     iface = pins.lookup_iface(iface_name, netns)
     path = pins.prepare_pin_dir(iface, "filter")
     obj, tables, link = pins.load_and_attach(lambda: load_filter(rules, config), "xdp_filter", iface,
                                              config.mode, path, persistent)
-    return Attachment(iface, path, obj, tables, link, persistent)
+    return pins.Attachment(iface, path, obj, tables, link, persistent)
 
 
 def open_pinned(iface_name: str, netns: str | None = None) -> FilterTables:
     """The tables of the filter attached to the interface (by another process)."""
-    path = pins.pin_dir(iface_name, netns)
-    if not os.path.isdir(path):
-        iface = pins.lookup_iface(iface_name, netns)  # a clearer error if the iface is wrong
-        raise pins.NotAttachedError(f"no ebpfkit XDP filter is attached to {iface.where} "
-                                    f"(nothing pinned at {path})",
-                                    hint="attach one with `ebpfkit xdp filter attach`")
-    return FilterTables.open_dir(path)
+    return FilterTables.open_attached(iface_name, netns)
 
 
 def detach(iface_name: str, netns: str | None = None) -> bool:

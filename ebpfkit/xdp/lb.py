@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
-import os
 import re
 import socket
 import struct
@@ -239,10 +238,15 @@ class LbTables(Tables):
 
     MAP_NAMES = MAP_NAMES
     KIND = "XDP load balancer"
+    COMMAND = "lb"
 
     def __init__(self, maps: dict, path: str | None = None, netns: str | None = None):
         super().__init__(maps, path)
         self.netns = netns  # where backend ifindexes are valid (None: the caller's namespace)
+
+    @classmethod
+    def context(cls, netns: str | None) -> dict:
+        return {"netns": netns}
 
     def _set_tx_port(self, slot: int, ifindex: int) -> None:
         """A devmap entry names a device by ifindex, which the kernel resolves in the namespace
@@ -402,25 +406,9 @@ def load_lb(vip: Vip, backends: list[Backend], table_size: int = maglev.DEFAULT_
     return obj, tables
 
 
-@dataclass
-class Attachment:
-    iface: pins.Iface
-    path: str
-    obj: object
-    tables: LbTables
-    link: object
-    persistent: bool
-
-    def close(self) -> None:
-        self.tables.close()
-        self.obj.close()
-        if not self.persistent:
-            pins.remove_pin_dir(self.path)
-
-
 def attach(iface_name: str, vip: Vip, backends: list[BackendSpec], netns: str | None = None,
            mode: str = "auto", table_size: int = maglev.DEFAULT_SIZE,
-           max_backends: int = DEFAULT_MAX_BACKENDS, persistent: bool = True) -> Attachment:
+           max_backends: int = DEFAULT_MAX_BACKENDS, persistent: bool = True) -> pins.Attachment:
     if not backends:
         raise LbError(f"VIP {vip} has no backends: give at least one --backend")
     names = [b.name for b in backends]
@@ -433,14 +421,9 @@ def attach(iface_name: str, vip: Vip, backends: list[BackendSpec], netns: str | 
         lambda: load_lb(vip, resolved, table_size, max_backends, mode=mode, xdp_ifindex=iface.ifindex,
                         netns=netns),
         "xdp_lb", iface, mode, path, persistent)
-    return Attachment(iface, path, obj, tables, link, persistent)
+    return pins.Attachment(iface, path, obj, tables, link, persistent)
 
 
 def open_pinned(iface_name: str, netns: str | None = None) -> LbTables:
-    path = pins.pin_dir(iface_name, netns)
-    if not os.path.isdir(path):
-        iface = pins.lookup_iface(iface_name, netns)
-        raise pins.NotAttachedError(f"no ebpfkit XDP load balancer is attached to {iface.where} "
-                                    f"(nothing pinned at {path})",
-                                    hint="attach one with `ebpfkit xdp lb attach`")
-    return LbTables.open_dir(path, netns=netns)
+    """The tables of the load balancer attached to the interface (by another process)."""
+    return LbTables.open_attached(iface_name, netns)

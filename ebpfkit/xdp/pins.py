@@ -169,6 +169,26 @@ def detach(path: str, iface: Iface | None) -> bool:
 
 # --- attaching and detaching ---------------------------------------------------------------------
 
+@dataclass
+class Attachment:
+    """An XDP program attached to an interface, with its tables. ``close()`` detaches a
+    foreground one (no pinned link) and removes its pins; a persistent one stays attached,
+    only our fds are closed."""
+
+    iface: Iface
+    path: str
+    obj: object
+    tables: object
+    link: object
+    persistent: bool
+
+    def close(self) -> None:
+        self.tables.close()
+        self.obj.close()
+        if not self.persistent:
+            remove_pin_dir(self.path)
+
+
 def load_and_attach(load, prog_name: str, iface: Iface, mode: str, path: str, persistent: bool):
     """``load()`` -> (obj, tables); pin the maps under ``path`` and attach: all or nothing."""
     obj = tables = None

@@ -8,11 +8,13 @@ import os
 
 from ..engine.pinned import FdMap
 from ..errors import EbpfkitError
+from . import pins
 
 
 class Tables:
     MAP_NAMES: tuple[str, ...] = ()
     KIND = "XDP program"  # what the maps belong to, for messages
+    COMMAND = ""          # its `ebpfkit xdp` subcommand, for hints
 
     def __init__(self, maps: dict[str, FdMap], path: str | None = None):
         missing = [n for n in self.MAP_NAMES if n not in maps]
@@ -38,6 +40,22 @@ class Tables:
                 m.close()
             raise
         return cls(maps, path, **extra)
+
+    @classmethod
+    def open_attached(cls, iface_name: str, netns: str | None = None):
+        """The tables of the program another process attached to the interface."""
+        path = pins.pin_dir(iface_name, netns)
+        if not os.path.isdir(path):
+            iface = pins.lookup_iface(iface_name, netns)  # a clearer error if the iface is wrong
+            raise pins.NotAttachedError(f"no ebpfkit {cls.KIND} is attached to {iface.where} "
+                                        f"(nothing pinned at {path})",
+                                        hint=f"attach one with `ebpfkit xdp {cls.COMMAND} attach`")
+        return cls.open_dir(path, **cls.context(netns))
+
+    @classmethod
+    def context(cls, netns: str | None) -> dict:
+        """Constructor arguments that depend on the interface's namespace."""
+        return {}
 
     def close(self) -> None:
         for m in self.maps.values():
