@@ -64,6 +64,24 @@ def test_types_reached_only_through_members_are_in_the_slim_header(messages):
     assert nodename_seen_by(spec) == socket.gethostname()
 
 
+def test_btf_read_whole_where_it_cannot_be_mapped(messages, monkeypatch):
+    """Kernels before 6.16 refuse to map sysfs BTF: the bytes are read instead, with the
+    same checksum (the cache key), and a cold compile works from them."""
+    from ebpfkit.engine import _libbpf as L
+    from ebpfkit.engine import btf
+
+    with btf.BTFBytes(btf.KERNEL_BTF) as first:
+        checksum, mapped = first.checksum(), first._unmap is not None
+    with monkeypatch.context() as patch:  # only while compiling: loading maps .bss with mmap
+        patch.setattr(L.libc, "mmap", lambda *args: btf._MAP_FAILED)
+        with btf.BTFBytes(btf.KERNEL_BTF) as read:
+            assert read._unmap is None and read.is_raw_btf()
+            assert read.checksum() == checksum, f"mapped first: {mapped}"
+        spec = engine.compile(text=NODENAME, name="nodename.bpf.c")
+    assert any("nodename.bpf.c: slim vmlinux.h with" in m for m in messages()), messages()
+    assert nodename_seen_by(spec) == socket.gethostname()
+
+
 def test_a_type_clang_reports_missing_is_added_and_compiled_again(messages, monkeypatch):
     real = slimheader.identifiers
     # as if the program had not named the member: clang then reports struct nsproxy incomplete
