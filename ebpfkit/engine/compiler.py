@@ -263,8 +263,7 @@ class Compiler:
     def _clang(self, job: "_Job", header_flags: list, flags: list):
         import subprocess
 
-        cmd = [self.clang.path, *header_flags, *flags, "-MD", "-MF", str(job.depfile), "-c",
-               str(job.src_file), "-o", str(job.tmp_obj)]
+        cmd = job.compile_argv(self.clang.path, [*header_flags, *flags], [str(job.src_file)])
         return subprocess.run(cmd, capture_output=True, text=True, check=False)
 
     def _build_slim(self, job: "_Job", flags: list) -> dict | None:
@@ -391,8 +390,8 @@ class _EarlyClang:
         if '"' in program or "\n" in program:
             return None  # cannot be spelled in an #include line
         # -main-file-name: the object's file symbol and debug info name the program, not "-"
-        cmd = [clang, *flags, "-Xclang", "-main-file-name", "-Xclang", program, "-MD", "-MF",
-               str(job.depfile), "-x", "c", "-c", "-", "-o", str(job.tmp_obj)]
+        cmd = job.compile_argv(clang, [*flags, "-Xclang", "-main-file-name", "-Xclang", program],
+                               ["-x", "c", "-"])
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
         return cls(proc, program)
@@ -438,6 +437,10 @@ class _Job:
         directory, name = os.path.split(self.obj)
         self.tmp_obj = os.path.join(directory, f".{name}.{os.getpid()}")
         return self
+
+    def compile_argv(self, clang: str, flags: list, source: list) -> list:
+        """clang compiling ``source`` (a file, or ``-x c -``) into this job's object and depfile."""
+        return [clang, *flags, "-MD", "-MF", str(self.depfile), "-c", *source, "-o", str(self.tmp_obj)]
 
     def commit(self) -> None:
         os.replace(self.tmp_obj, self.obj)

@@ -128,11 +128,7 @@ class Map(MutableMapping):
     def __repr__(self):
         return f"<Map {self.name} {self.type.name.lower()} max_entries={self.max_entries}>"
 
-    # --- raw buffers ---
-
-    @property
-    def _value_buf_size(self) -> int:
-        return round8(self.value_size) * self._ncpus if self.per_cpu else self.value_size
+    # --- encoding ---
 
     def _key_bytes(self, key) -> bytes:
         try:
