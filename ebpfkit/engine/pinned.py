@@ -90,6 +90,19 @@ def prog_detach(prog_fd: int, target_fd: int, attach_type: int) -> int:
     return abs(err) if err else 0
 
 
+def detach_pinned_link(path: str) -> int | None:
+    """BPF_LINK_DETACH the link pinned at ``path`` (the pin stays): 0, the errno, or None
+    when no link can be opened there."""
+    try:
+        fd = open_pin(path)
+    except PinError:
+        return None
+    try:
+        return detach_link(fd)
+    finally:
+        os.close(fd)
+
+
 def detach_links_of(link_type: int, prog_id: int) -> bool:
     """Detach every link of ``link_type`` running ``prog_id`` (the links of a process that
     kept no pin: the kernel would only detach them when their last fd closes). True if any."""

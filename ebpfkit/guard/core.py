@@ -30,8 +30,7 @@ import time
 
 from ..errors import EbpfkitError, MapError
 from ..engine import features, mounts
-from ..engine import pinned as pinned_objects
-from ..engine.pinned import FdMap, PinError
+from ..engine.pinned import FdMap, PinError, detach_pinned_link
 from ..policy import OPERATIONS, GuardPolicy
 
 TOOL = "guard"
@@ -578,18 +577,11 @@ def stop() -> bool:
     pid = state.get("agent_pid")
     names = sorted(os.listdir(PIN_DIR))
     for name in names:
-        if name.startswith("link_"):
-            try:
-                fd = pinned_objects.open_pin(os.path.join(PIN_DIR, name))
-            except PinError:
-                continue
-            # detaches where the kernel can (LSM links: not before 6.x, EOPNOTSUPP); the
-            # guard answers EPERM to an untrusted caller, which stops us here, intact
-            err = pinned_objects.detach_link(fd)
-            os.close(fd)
-            if err == 1:  # EPERM
-                    raise GuardError(f"denied: only a subject the running guard trusts may stop "
-                                     f"it; {TRUST_HINT}", EXIT_DENIED)
+        # detaches where the kernel can (LSM links: not before 6.x, EOPNOTSUPP); the guard
+        # answers EPERM to an untrusted caller, which stops us here, intact
+        if name.startswith("link_") and detach_pinned_link(os.path.join(PIN_DIR, name)) == 1:
+            raise GuardError(f"denied: only a subject the running guard trusts may stop it; "
+                             f"{TRUST_HINT}", EXIT_DENIED)
     try:
         mounts.remove_pin_dir(TOOL)
     except PermissionError as exc:

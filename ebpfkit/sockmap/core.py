@@ -207,10 +207,8 @@ class Enablement:
     def remove(self) -> None:
         """Detach from the cgroup and the map, unpin everything (connections keep working)."""
         for pin in ("link_sockops", "link_sk_msg", "link_sk_skb"):
-            with contextlib.suppress(pinned.PinError):
-                fd = pinned.open_pin(os.path.join(self.directory, pin))
-                pinned.detach_link(fd)  # now, even if another process still holds the link
-                os.close(fd)
+            # now, even if another process still holds the link
+            pinned.detach_pinned_link(os.path.join(self.directory, pin))
         _prog_detach_fallback(self.directory)
         mounts.remove_pin_dir(os.path.join(TOOL, str(self.cgroup_id)))
         with contextlib.suppress(OSError):

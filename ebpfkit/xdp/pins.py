@@ -152,13 +152,7 @@ def state(path: str, iface: Iface | None) -> str:
 def detach(path: str, iface: Iface | None) -> bool:
     """Detach our program from the interface (a pinned link, or a foreground run's link found
     by program id) and remove the pins. True if something was attached."""
-    detached = False
-    with contextlib.suppress(pinned.PinError):
-        link_fd = pinned.open_pin(os.path.join(path, "link"))
-        try:
-            detached = pinned.detach_link(link_fd) == 0
-        finally:
-            os.close(link_fd)
+    detached = pinned.detach_pinned_link(os.path.join(path, "link")) == 0
     prog = pinned_prog_id(path)
     if prog is not None and iface is not None and attached_prog_id(iface) == prog:
         # a foreground run's link: its owner's fd then dangles
