@@ -1,13 +1,18 @@
-"""Metadata lives in pyproject.toml. This file only adds one build step: compile every BPF
-program into a CO-RE object shipped in the wheel (ebpfkit/programs/prebuilt/), so a machine
-without clang can still run the tools. Without clang or kernel BTF at build time the step is
-skipped with a warning and the package compiles at run time as usual."""
+"""Metadata lives in pyproject.toml. This file adds two build steps, both optional:
+
+- compile every BPF program into a CO-RE object shipped in the wheel
+  (ebpfkit/programs/prebuilt/), so a machine without clang can still run the tools. Without
+  clang or kernel BTF at build time the step is skipped with a warning and the package
+  compiles at run time as usual;
+- build ebpfkit.engine._btfnames, the C walk over the kernel's BTF that a cold start needs
+  (~2 ms against 30-90 ms in Python). Without a C compiler it is skipped with a warning and
+  the engine uses its Python walk."""
 
 import os
 import sys
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_py import build_py
 
 
@@ -29,4 +34,6 @@ class BuildWithPrebuiltObjects(build_py):
             sys.path.pop(0)
 
 
-setup(cmdclass={"build_py": BuildWithPrebuiltObjects})
+setup(cmdclass={"build_py": BuildWithPrebuiltObjects},
+      ext_modules=[Extension("ebpfkit.engine._btfnames", ["ebpfkit/engine/_btfnames.c"],
+                             extra_compile_args=["-O2"], optional=True)])

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install what ebpfkit needs on a Debian/Ubuntu machine, as root. Safe to run again.
 #   scripts/setup.sh            the engine and tools: clang, libbpf, bpftool, a venv with ebpfkit
-#   scripts/setup.sh --test     also what the test suite needs (gcc for test binaries)
+#   scripts/setup.sh --test     also what the test suite needs (QEMU and a kernel for the VM tests)
 #   scripts/setup.sh --bench    also the alternatives the benchmarks compare against (BCC, bpftrace)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,18 +22,20 @@ fi
 
 # clang/llvm compile the BPF C at run time; libbpf1 loads it (libbpf-dev has the bpf/*.h
 # headers the programs include); bpftool and iproute2 are for inspection; python3-venv
-# holds ebpfkit and its Python dependencies apart from the system's.
-packages=(clang llvm libbpf1 libbpf-dev bpftool iproute2 python3 python3-venv python3-pip ca-certificates)
-# Tests: gcc builds small test binaries; QEMU, a Debian kernel with its headers and busybox
+# holds ebpfkit and its Python dependencies apart from the system's; gcc and python3-dev build
+# its one C module (the kernel type walk a cold start needs; without them it runs in Python).
+packages=(clang llvm libbpf1 libbpf-dev bpftool iproute2 python3 python3-venv python3-pip python3-dev gcc
+          ca-certificates)
+# Tests: gcc also builds small test binaries; QEMU, a Debian kernel with its headers and busybox
 # are what the VM harness boots; nginx and wrk rebuild the sockmap load-balancer experiment.
-[ "$want_test" = 1 ] && packages+=(gcc make libc6-dev qemu-system-x86 linux-image-amd64 linux-headers-amd64
+[ "$want_test" = 1 ] && packages+=(make libc6-dev qemu-system-x86 linux-image-amd64 linux-headers-amd64
                                    busybox-static nginx-light wrk)
 if [ "$want_bench" = 1 ]; then
-  # gcc builds the benchmark's syscall loop. BCC compiles against kernel headers: the running
+  # gcc (above) builds the benchmark's syscall loop. BCC compiles against kernel headers: the running
   # kernel's if the archive has them, else the distribution's (fine for tracepoint programs).
   # sockperf/iperf3/wrk/nginx measure socket acceleration; trafgen (netsniff-ng), xdp-tools
   # and nftables are what the XDP filter is compared against.
-  packages+=(gcc bpftrace python3-bpfcc bpfcc-tools sockperf iperf3 wrk nginx-light netsniff-ng xdp-tools nftables)
+  packages+=(bpftrace python3-bpfcc bpfcc-tools sockperf iperf3 wrk nginx-light netsniff-ng xdp-tools nftables)
   if apt-cache show "linux-headers-$(uname -r)" >/dev/null 2>&1; then
     packages+=("linux-headers-$(uname -r)")
   else

@@ -303,7 +303,10 @@ class Compiler:
             for _ in range(3):
                 type_ids = slimheader.select(types, names)
                 types.write(header, type_ids)
-                out = early.finish() if early else self._clang(job, [f"-I{job.slim_dir}"], flags)
+                if early:  # the name index goes to the cache while clang compiles
+                    out = early.finish(meanwhile=types.save_index)
+                else:
+                    out = self._clang(job, [f"-I{job.slim_dir}"], flags)
                 early = None
                 if out.returncode == 0:
                     log.info("%s: slim vmlinux.h with %d of %d kernel types", job.source.name,
@@ -392,24 +395,36 @@ class _EarlyClang:
         # -main-file-name: the object's file symbol and debug info name the program, not "-"
         cmd = job.compile_argv(clang, [*flags, "-Xclang", "-main-file-name", "-Xclang", program],
                                ["-x", "c", "-"])
-        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, text=True)
         return cls(proc, program)
 
-    def finish(self):
-        """Hand clang the program; its result like subprocess.run's."""
+    def finish(self, meanwhile=None):
+        """Hand clang the program and call ``meanwhile()`` while it compiles; clang's
+        result like subprocess.run's."""
         import subprocess
 
-        out, err = self.proc.communicate(f'#include "{self.program}"\n')
+        try:
+            self.proc.stdin.write(f'#include "{self.program}"\n')
+            self.proc.stdin.close()
+        except BrokenPipeError:
+            pass  # clang is gone already: its stderr says why
+        if meanwhile:
+            meanwhile()
+        err = self.proc.stderr.read()  # stdin is closed and stdout unused: nothing can block
+        self.proc.wait()
+        self.proc.stderr.close()
         err = "".join(line for line in err.splitlines(keepends=True)
                       if not line.startswith("In file included from <stdin>:"))
-        return subprocess.CompletedProcess(self.proc.args, self.proc.returncode, out, err)
+        return subprocess.CompletedProcess(self.proc.args, self.proc.returncode, "", err)
 
     def kill(self) -> None:
-        """Stop it, if it still waits (no-op once finished)."""
+        """Stop it, if it still runs (no-op once finished)."""
         if self.proc.returncode is None:
             self.proc.kill()
-            self.proc.communicate()
+            self.proc.wait()
+            for pipe in (self.proc.stdin, self.proc.stderr):
+                pipe.close()
 
 
 class _Job:

@@ -59,7 +59,8 @@ class KernelTypes:
     is freed on exit.
 
     The name index (type and enumerator names -> type ids) takes one walk over 120k+
-    records, ~0.07 s in Python for a distribution kernel, so it is cached per BTF content hash.
+    records: ~2 ms in C (_btfnames.c, built at install), 30-90 ms in Python (_walk, where
+    no compiler was there); it is cached per BTF content hash.
     """
 
     def __init__(self, btf: KernelBTF):
@@ -87,33 +88,41 @@ class KernelTypes:
         self._types_at = base + hdr_len + type_off
         self._type_by_id = L.lib.btf__type_by_id  # the hot call of select(): looked up once
         self._offsets: dict = {}
-        self._strings_at, self._strings_len = base + hdr_len + str_off, str_len
+        self._strings_at = base + hdr_len + str_off
+        self.strings = memoryview((ctypes.c_char * str_len).from_address(self._strings_at)).cast("B")
+        self._unsaved = None  # (path, index) to write to the cache
         self.names = self._index()
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
+        self.save_index()
         self.close()
 
     def close(self) -> None:
         from . import _libbpf as L
 
         if self._ptr:
-            self.words = None
+            self.words = self.strings = None
             L.lib.btf__free(self._ptr)
             self._ptr = None
 
     def _index(self) -> dict:
-        import ctypes
-
         path = os.path.join(cache.subdir(f"btf/{self.btf.digest}"), "names.rec")
         record = cache.read_record(path)
         if record and record.get("format") == INDEX_FORMAT:
             return record["names"]
-        names = _walk(self.words, ctypes.string_at(self._strings_at, self._strings_len))
-        cache.write_record(path, {"format": INDEX_FORMAT, "names": names})
+        names = name_index(self.words, self.strings)
+        self._unsaved = path, names
         return names
+
+    def save_index(self) -> None:
+        """Cache a newly built name index (the compiler calls this while clang works)."""
+        if self._unsaved:
+            path, names = self._unsaved
+            self._unsaved = None
+            cache.write_record(path, {"format": INDEX_FORMAT, "names": names})
 
     def ids(self, name: bytes) -> tuple:
         found = self.names.get(name)
@@ -175,9 +184,20 @@ class KernelTypes:
         dump_types(self._ptr, self.btf.path, target, sorted(type_ids))
 
 
+def name_index(words: memoryview, strings: memoryview) -> dict:
+    """Type and enumerator names -> type id or tuple of ids, from the type section
+    (``words``) and string section of a BTF in native byte order."""
+    try:
+        from . import _btfnames  # built at install where a C compiler was there
+    except ImportError:
+        return _walk(words, bytes(strings))
+    return _btfnames.index(words.cast("B"), strings)
+
+
 def _walk(w, strings: bytes) -> dict:
     """One pass over the type records: names of the kinds a program can spell (and of
-    enumerators, which stand for their enum) -> type id, or a tuple of ids."""
+    enumerators, which stand for their enum) -> type id, or a tuple of ids. (_btfnames.c
+    does the same in C; this is for installs that could not build it.)"""
     fixed, per, named = _FIXED, _PER, _NAMED
     # Only an info word can have one of these top bytes (ids, sizes and string offsets
     # stay below 2^24), so no record after the last such word is a named one: pahole puts

@@ -7,6 +7,7 @@ import logging
 import os
 import socket
 import struct
+import sys
 from pathlib import Path
 
 import pytest
@@ -80,6 +81,53 @@ def test_btf_read_whole_where_it_cannot_be_mapped(messages, monkeypatch):
         spec = engine.compile(text=NODENAME, name="nodename.bpf.c")
     assert any("nodename.bpf.c: slim vmlinux.h with" in m for m in messages()), messages()
     assert nodename_seen_by(spec) == socket.gethostname()
+
+
+def native_index():
+    try:
+        from ebpfkit.engine import _btfnames
+    except ImportError:
+        pytest.skip("ebpfkit.engine._btfnames was not built (no C compiler when ebpfkit was installed)")
+    return _btfnames
+
+
+def test_the_name_index_in_c_is_the_python_walks(tmp_path, monkeypatch):
+    """The C walk (built at install) and the Python one give the same index of this kernel's
+    BTF, and it agrees with libbpf's own lookups."""
+    from ebpfkit.engine import _libbpf as L
+
+    native = native_index()
+    monkeypatch.setenv("EBPFKIT_CACHE_DIR", str(tmp_path / "cache"))
+    with slimheader.KernelTypes(find_kernel_btf()) as types:
+        in_c = native.index(types.words.cast("B"), types.strings)
+        assert in_c == slimheader._walk(types.words, bytes(types.strings))
+        assert types.names == in_c  # what a cold compile used
+        for name, kind in [(b"task_struct", 4), (b"sk_buff", 4), (b"bpf_map_type", 6), (b"u32", 8)]:
+            assert L.lib.btf__find_by_name_kind(types._ptr, name, kind) in types.ids(name), name
+        # an enumerator stands for its enum
+        assert types.ids(b"BPF_MAP_TYPE_HASH") == types.ids(b"bpf_map_type")
+    assert len(in_c) > 10000
+
+
+def test_a_cold_compile_where_the_c_walk_was_not_built(messages, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ebpfkit.engine._btfnames", None)  # import fails
+    spec = engine.compile(text=NODENAME, name="nodename.bpf.c")
+    assert any("nodename.bpf.c: slim vmlinux.h with" in m for m in messages()), messages()
+    assert nodename_seen_by(spec) == socket.gethostname()
+
+
+def test_the_name_index_in_c_refuses_malformed_btf():
+    native = native_index()
+    struct_a = struct.pack("=III", 1, 4 << 24, 8)  # struct "a", no members, 8 bytes
+    assert native.index(struct_a, b"\0a\0") == {b"a": 1}
+    with pytest.raises(ValueError, match="runs past"):  # says it has a member, has none
+        native.index(struct.pack("=III", 1, 4 << 24 | 1, 8), b"\0a\0")
+    with pytest.raises(ValueError, match="past the string section"):
+        native.index(struct_a, b"\0")
+    with pytest.raises(ValueError, match="not terminated"):
+        native.index(struct_a, b"\0a")
+    with pytest.raises(ValueError, match="whole, aligned words"):
+        native.index(struct_a[:-1], b"\0a\0")
 
 
 def test_a_type_clang_reports_missing_is_added_and_compiled_again(messages, monkeypatch):
