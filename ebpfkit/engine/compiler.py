@@ -268,61 +268,54 @@ class Compiler:
 
     def _build_slim(self, job: "_Job", flags: list) -> dict | None:
         """Compile against the program's slim vmlinux.h; None when the full one is needed."""
-        import subprocess
-
         from . import slimheader
 
-        # Two clangs work on the other CPU while this one reads the kernel's types: one
-        # preprocesses the program (to see what it names), the other loads and then waits
-        # for the program until its header is written.
-        cpp = subprocess.Popen([self.clang.path, *slimheader.stub_flags(), *flags, "-E", "-P",
-                                str(job.src_file)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        # clang loads on the other CPU while this one reads the kernel's types and the
+        # program's names, then waits for the program until its header is written
         early = _EarlyClang.start(self.clang.path, job, [f"-I{job.slim_dir}", *flags])
         try:
-            return self._compile_slim(job, flags, cpp, early)
+            try:
+                types = slimheader.KernelTypes(self.btf)
+            except (OSError, ValueError) as exc:
+                log.info("no slim vmlinux.h (%s); using the full one", exc)
+                return None
+            with types:
+                return self._compile_slim(job, flags, types, early)
         finally:
-            cpp.kill()  # no-ops when they are done
-            cpp.wait()
             if early:
-                early.kill()
+                early.kill()  # a no-op once it finished
 
-    def _compile_slim(self, job: "_Job", flags: list, cpp, early) -> dict | None:
+    def _compile_slim(self, job: "_Job", flags: list, types, early) -> dict | None:
         from . import slimheader
 
         try:
-            types = slimheader.KernelTypes(self.btf)
-        except (OSError, ValueError) as exc:
-            log.info("no slim vmlinux.h (%s); using the full one", exc)
-            return None
-        with types:
-            text, _ = cpp.communicate()
-            if cpp.returncode != 0:
-                return None  # the full compile reports the error properly
-            names = slimheader.identifiers(text)
-            header = os.path.join(job.slim_dir, "vmlinux.h")
-            for _ in range(3):
-                type_ids = slimheader.select(types, names)
-                types.write(header, type_ids)
-                if early:  # the name index goes to the cache while clang compiles
-                    out = early.finish(meanwhile=types.save_index)
-                else:
-                    out = self._clang(job, [f"-I{job.slim_dir}"], flags)
-                early = None
-                if out.returncode == 0:
-                    log.info("%s: slim vmlinux.h with %d of %d kernel types", job.source.name,
-                             len(type_ids), types.count())
-                    job.commit()
-                    return _read_depfile(job.depfile, exclude={str(job.src_file), str(header)})
-                more = {n.encode() for n in slimheader.missing_names(out.stderr)} - names
-                more = {n for n in more if types.ids(n)}
-                if not more:
-                    if str(header) not in out.stderr:
-                        # nothing the kernel has is missing: the program's own error, which
-                        # the full header would only repeat, slower
-                        raise _compile_error(job.source, job.src_file, out.stderr)
-                    break
-                log.debug("slim vmlinux.h lacked %s; adding them", b", ".join(sorted(more)).decode())
-                names |= more
+            names = slimheader.program_names(job.src_file, _include_dirs(flags))
+        except OSError:
+            return None  # an unreadable include: the full compile reports it properly
+        header = os.path.join(job.slim_dir, "vmlinux.h")
+        for _ in range(3):
+            type_ids = slimheader.select(types, names)
+            types.write(header, type_ids)
+            if early:  # the name index goes to the cache while clang compiles
+                out = early.finish(meanwhile=types.save_index)
+            else:
+                out = self._clang(job, [f"-I{job.slim_dir}"], flags)
+            early = None
+            if out.returncode == 0:
+                log.info("%s: slim vmlinux.h with %d of %d kernel types", job.source.name,
+                         len(type_ids), types.count())
+                job.commit()
+                return _read_depfile(job.depfile, exclude={str(job.src_file), str(header)})
+            more = {n.encode() for n in slimheader.missing_names(out.stderr)} - names.spelled
+            more = {n for n in more if types.ids(n)}
+            if not more:
+                if str(header) not in out.stderr:
+                    # nothing the kernel has is missing: the program's own error, which
+                    # the full header would only repeat, slower
+                    raise _compile_error(job.source, job.src_file, out.stderr)
+                break
+            log.debug("slim vmlinux.h lacked %s; adding them", b", ".join(sorted(more)).decode())
+            names = names._replace(spelled=names.spelled | more)
         log.info("%s: the slim vmlinux.h fell short; compiling against the full one", job.source.name)
         return None
 
@@ -468,6 +461,17 @@ class _Job:
             os.unlink(self.tmp_obj)
         except FileNotFoundError:
             pass
+
+
+def _include_dirs(flags: list) -> list:
+    """The -I, -isystem and -idirafter directories of a clang command line, in search order."""
+    found: dict = {"-I": [], "-isystem": [], "-idirafter": []}
+    for i, flag in enumerate(flags):
+        for option, dirs in found.items():
+            if flag.startswith(option):
+                dirs.append(flag[len(option):] or (flags[i + 1] if i + 1 < len(flags) else ""))
+                break
+    return [d for dirs in found.values() for d in dirs]
 
 
 def _read_depfile(path: str, exclude: set) -> dict:

@@ -6,12 +6,14 @@ through a member it names, so the engine writes a per-program header with just t
 types (and everything they embed, which libbpf's btf_dump adds on its own) and clang
 parses it in milliseconds.
 
-Every identifier of the preprocessed program (preprocessed with an empty vmlinux.h, so
-macros from libbpf's headers are expanded) is looked up in an index of the kernel's type
-and enumerator names. Struct members the program names that point to other structs pull
-those in too (``BPF_CORE_READ(file, f_path.dentry, d_name)`` never spells ``dentry``'s
-struct). The result is a subset of vmlinux.h, so it can only miss a declaration, never
-change one; the compiler retries with what clang reports missing, then with the full header.
+Every identifier of the program and the headers it includes (libbpf's macro headers too,
+so what their macros expand to counts) is looked up in an index of the kernel's type and
+enumerator names. Struct members the program names that point to other structs pull those
+in too (``BPF_CORE_READ(file, f_path.dentry, d_name)`` never spells ``dentry``'s struct).
+libbpf's helper prototypes name ~40 structs (task_struct, sk_buff, ...) but declare them
+themselves, so those are left out unless the program names them. The result is a subset
+of vmlinux.h, so it can only miss a declaration, never change one; the compiler retries
+with what clang reports missing, then with the full header.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import os
 import re
 import struct
 import sys
+from collections import namedtuple
 
 from . import cache
 from .btf import KernelBTF
@@ -48,6 +51,11 @@ def _record_tables():
 _FIXED, _PER, _NAMED = _record_tables()
 
 _IDENT = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
+_INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"\n]+)[>"]', re.M)
+_NOT_CODE = re.compile(rb'^[ \t]*#[ \t]*include[^\n]*|//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'',
+                       re.S | re.M)
+# libbpf's generated helper prototypes: it declares every struct they point to itself
+_DECLARATIONS_ONLY = "bpf_helper_defs.h"
 # what clang says when the slim header lacked something
 _MISSING = re.compile(r"(?:unknown type name|undeclared identifier|incomplete type|incomplete definition)[^\n]*")
 _QUOTED = re.compile(r"'(?:(?:struct|union|enum) )?([A-Za-z_]\w*)")
@@ -229,16 +237,60 @@ def _walk(w, strings: bytes) -> dict:
             for off, ids in by_off.items()}
 
 
-def identifiers(preprocessed: bytes) -> set:
-    """The identifiers (as bytes) a preprocessed program spells."""
-    return set(_IDENT.findall(preprocessed))
+class Names(namedtuple("_Names", "spelled declared")):
+    """Identifiers (bytes) of a program and the headers it includes: ``spelled`` by the
+    program, its own headers and libbpf's macro headers; ``declared`` only in libbpf's
+    helper prototypes (bpf_helper_defs.h)."""
 
 
-def select(index: KernelTypes, names: set) -> set:
-    """Ids of the kernel types ``names`` (bytes) spell, plus structs reached through named members."""
+def program_names(path: str, include_dirs: list) -> Names:
+    """The identifiers of the program at ``path`` and of every header it includes (found
+    beside the including file, then in ``include_dirs``; vmlinux.h and headers not found
+    there, like clang's own, are not read).
+
+    The files are read as text, not preprocessed (that took a clang process, ~40 ms on a
+    cold start): macro bodies and both sides of an #if count, so this is a superset of
+    what the compile sees, less names made by ``##`` pasting, which clang then reports
+    missing and the compiler adds. Comments and string literals do not count.
+    """
+    spelled: set = set()
+    declared: set = set()
+    seen, todo = set(), [path]
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        with open(path, "rb") as f:
+            text = f.read()
+        for name in _INCLUDE.findall(text):
+            name = os.fsdecode(name)
+            if name == "vmlinux.h":
+                continue
+            for d in (os.path.dirname(path), *include_dirs):
+                found = os.path.join(d, name)
+                if os.path.isfile(found):
+                    todo.append(found)
+                    break
+        (declared if os.path.basename(path) == _DECLARATIONS_ONLY else spelled).update(_IDENT.findall(_code(text)))
+    return Names(spelled, declared - spelled)
+
+
+def _code(text: bytes) -> bytes:
+    """C text with its #include lines, comments and string and character literals blanked."""
+    return _NOT_CODE.sub(b" ", text)
+
+
+def select(index: KernelTypes, names: Names) -> set:
+    """Ids of the kernel types the program spells, plus structs reached through members it
+    names, plus the typedefs and enums libbpf's helper prototypes name (that header
+    declares the structs it points to itself)."""
     chosen: set = set()
-    for name in names:
+    for name in names.spelled:
         chosen.update(index.ids(name))
+    for name in names.declared:
+        chosen.update(t for t in index.ids(name) if index.kind(t) not in (_STRUCT, _UNION))
+    names = names.spelled
     # members the program names (task->mm, file->f_path.dentry) may lead to structs it
     # never spells: walk records it uses, following named members (and anonymous ones,
     # which are inline), and take the struct each named pointer member points to
@@ -304,12 +356,3 @@ def missing_names(stderr: str) -> set:
     for line in _MISSING.findall(stderr):
         found.update(_QUOTED.findall(line))
     return found
-
-
-def stub_flags() -> list[str]:
-    """Flags that make ``#include "vmlinux.h"`` find an empty file while preprocessing."""
-    stub_dir = cache.subdir("stub")
-    stub = os.path.join(stub_dir, "vmlinux.h")
-    if not os.path.exists(stub):
-        cache.atomic_write(stub, b"/* empty: programs are preprocessed against it to see what they name */\n")
-    return [f"-I{stub_dir}"]

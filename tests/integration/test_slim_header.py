@@ -130,10 +130,18 @@ def test_the_name_index_in_c_refuses_malformed_btf():
         native.index(struct_a[:-1], b"\0a\0")
 
 
+def names_without(name: bytes):
+    real = slimheader.program_names
+
+    def program_names(*args):
+        names = real(*args)
+        return names._replace(spelled=names.spelled - {name})
+    return program_names
+
+
 def test_a_type_clang_reports_missing_is_added_and_compiled_again(messages, monkeypatch):
-    real = slimheader.identifiers
     # as if the program had not named the member: clang then reports struct nsproxy incomplete
-    monkeypatch.setattr(slimheader, "identifiers", lambda text: real(text) - {b"nsproxy"})
+    monkeypatch.setattr(slimheader, "program_names", names_without(b"nsproxy"))
     spec = engine.compile(text=NODENAME, name="nodename.bpf.c")
     log = messages()
     assert any("lacked nsproxy" in m for m in log), log
@@ -141,9 +149,38 @@ def test_a_type_clang_reports_missing_is_added_and_compiled_again(messages, monk
     assert nodename_seen_by(spec) == socket.gethostname()
 
 
+# task_struct is never spelled: bpf_helper_defs.h only declares it, so the slim header leaves
+# it out until clang reports it incomplete
+CURRENT_TASK = """\
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+const volatile int targ_tgid = 0;
+int seen_tgid = 0;
+SEC("tp_btf/sys_enter")
+int BPF_PROG(on_enter, struct pt_regs *regs, long id)
+{
+    if (bpf_get_current_task_btf()->tgid == targ_tgid)
+        seen_tgid = targ_tgid;
+    return 0;
+}
+char LICENSE[] SEC("license") = "GPL";
+"""
+
+
+def test_a_struct_only_the_helper_prototypes_name_is_added_when_used(messages):
+    spec = engine.compile(text=CURRENT_TASK, name="current_task.bpf.c")
+    log = messages()
+    assert any("lacked task_struct" in m for m in log), log
+    assert any("current_task.bpf.c: slim vmlinux.h with" in m for m in log), log
+    with spec.load({"targ_tgid": os.getpid()}) as obj:
+        obj.attach()
+        os.getppid()
+        assert obj.bss["seen_tgid"] == os.getpid()
+
+
 def test_the_full_header_is_the_last_resort(messages, monkeypatch):
-    real = slimheader.identifiers
-    monkeypatch.setattr(slimheader, "identifiers", lambda text: real(text) - {b"nsproxy"})
+    monkeypatch.setattr(slimheader, "program_names", names_without(b"nsproxy"))
     monkeypatch.setattr(slimheader, "missing_names", lambda stderr: set())
     spec = engine.compile(text=NODENAME, name="nodename.bpf.c")
     assert any("nodename.bpf.c: the slim vmlinux.h fell short" in m for m in messages()), messages()
