@@ -9,9 +9,10 @@
  * either every rule of a change or none of it, and the program is never reloaded.
  *
  * Matching: source CIDRs, then destination CIDRs, then the port/protocol table; the first
- * rule that matches counts the packet. Single addresses (/32, /128) live in a hash table,
- * other CIDRs in LPM tries. CIDRs of one direction never nest (user space refuses
- * overlapping rules), so the longest-prefix match is the only candidate there.
+ * rule that matches counts the packet. CIDRs live in LPM tries, single addresses (/32,
+ * /128) too: a trie lookup measured cheaper than a hash lookup here, even with 1M /32
+ * rules. CIDRs of one direction never nest (user space refuses overlapping rules), so the
+ * longest-prefix match is the only candidate there.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -52,20 +53,6 @@ RULE_TRIE(dst6_b, lpm6_key);
 
 PORT_TABLE(ports_a);
 PORT_TABLE(ports_b);
-
-#define HOST_TABLE(name, keytype)                                                    \
-	struct {                                                                     \
-		__uint(type, BPF_MAP_TYPE_HASH);                                     \
-		__uint(max_entries, 1024);                                           \
-		__uint(map_flags, BPF_F_NO_PREALLOC);                                \
-		__type(key, struct keytype);                                         \
-		__type(value, struct rule_val);                                      \
-	} name SEC(".maps")
-
-HOST_TABLE(hosts4_a, host4_key);
-HOST_TABLE(hosts4_b, host4_key);
-HOST_TABLE(hosts6_a, host6_key);
-HOST_TABLE(hosts6_b, host6_key);
 
 /* Which set packets use (bit 0: the *_a or *_b tables) and which of its tables hold rules. */
 struct {
@@ -136,33 +123,11 @@ static __always_inline int rule_fits(const struct rule_val *rv, const struct ek_
 #define IN_SET(set, name, key)                                                       \
 	((set) ? bpf_map_lookup_elem(&name##_b, key) : bpf_map_lookup_elem(&name##_a, key))
 
-static __always_inline struct rule_val *match_host(__u32 set, __u32 dir, const __u8 *addr,
-						    const struct ek_pkt *p)
-{
-	struct rule_val *rv;
-
-	if (p->family == 4) {
-		struct host4_key k = { .dir = dir };
-
-		__builtin_memcpy(k.addr, addr, 4);
-		rv = IN_SET(set, hosts4, &k);
-	} else {
-		struct host6_key k = { .dir = dir };
-
-		__builtin_memcpy(k.addr, addr, 16);
-		rv = IN_SET(set, hosts6, &k);
-	}
-	return rv && rule_fits(rv, p) ? rv : 0;
-}
-
 static __always_inline struct rule_val *match_cidr(__u32 state, const struct ek_pkt *p)
 {
 	__u32 set = state & ACTIVE_SET;
 	struct rule_val *rv;
 
-	/* CIDRs of one direction never nest: a host rule and a trie rule cannot both match */
-	if ((state & HAS_SRC_HOST) && (rv = match_host(set, HOST_SRC, p->src, p)))
-		return rv;
 	if (p->family == 4) {
 		struct lpm4_key k = { .prefixlen = 32 };
 
@@ -172,8 +137,6 @@ static __always_inline struct rule_val *match_cidr(__u32 state, const struct ek_
 			if (rv && rule_fits(rv, p))
 				return rv;
 		}
-		if ((state & HAS_DST_HOST) && (rv = match_host(set, HOST_DST, p->dst, p)))
-			return rv;
 		if (!(state & HAS_DST4))
 			return 0;
 		__builtin_memcpy(k.addr, p->dst, 4);
@@ -187,8 +150,6 @@ static __always_inline struct rule_val *match_cidr(__u32 state, const struct ek_
 			if (rv && rule_fits(rv, p))
 				return rv;
 		}
-		if ((state & HAS_DST_HOST) && (rv = match_host(set, HOST_DST, p->dst, p)))
-			return rv;
 		if (!(state & HAS_DST6))
 			return 0;
 		__builtin_memcpy(k.addr, p->dst, 16);

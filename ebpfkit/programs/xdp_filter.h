@@ -14,23 +14,6 @@ struct lpm6_key {
 	__u8 addr[16];
 };
 
-/* Keys of the host tables: rules whose CIDR is a single address (/32, /128) are found with one
- * hash lookup instead of a walk down a trie. */
-struct host4_key {
-	__u32 dir;    /* HOST_SRC or HOST_DST */
-	__u8 addr[4];
-};
-
-struct host6_key {
-	__u32 dir;
-	__u8 addr[16];
-};
-
-enum host_dir {
-	HOST_SRC = 1,
-	HOST_DST = 2,
-};
-
 /* The value of every rule table: which rule, and what else it asks of the packet. */
 struct rule_val {
 	__u32 id;      /* rule id: the slot in rule_stats */
@@ -63,8 +46,6 @@ enum active_bits {
 	HAS_PORT_DST = 1 << 5,  /* port table entries with dir DST */
 	HAS_PORT_SRC = 1 << 6,  /* ... with dir SRC */
 	HAS_PROTO = 1 << 7,     /* ... whole-protocol entries */
-	HAS_SRC_HOST = 1 << 8,  /* host table entries, by direction */
-	HAS_DST_HOST = 1 << 9,
 };
 
 struct ek_counter {

@@ -31,22 +31,18 @@ PROTO_NAMES = {1: "icmp", 6: "tcp", 17: "udp", 47: "gre", 50: "esp", 51: "ah", 5
                132: "sctp", 136: "udplite"}
 PORT_PROTOCOLS = (6, 17, 132, 136)  # what "a port, any protocol" means
 PORT_NONE, PORT_DST, PORT_SRC = 0, 1, 2
-TABLES = ("src4", "dst4", "src6", "dst6", "hosts4", "hosts6", "ports")
+TABLES = ("src4", "dst4", "src6", "dst6", "ports")
 
 # struct layouts of xdp_filter.h
 LPM4 = struct.Struct("<I4s")
 LPM6 = struct.Struct("<I16s")
 RULE_VAL = struct.Struct("<IBBH")
 PORT_KEY = struct.Struct("<BBH")
-HOST4_KEY = struct.Struct("<I4s")
-HOST6_KEY = struct.Struct("<I16s")
-HOST_SRC, HOST_DST = 1, 2
 
 
 # active_bits of xdp_filter.h
 HAS_SRC4, HAS_DST4, HAS_SRC6, HAS_DST6 = 1 << 1, 1 << 2, 1 << 3, 1 << 4
 HAS_PORT_DST, HAS_PORT_SRC, HAS_PROTO = 1 << 5, 1 << 6, 1 << 7
-HAS_SRC_HOST, HAS_DST_HOST = 1 << 8, 1 << 9
 _CIDR_FLAGS = {(True, 4): HAS_SRC4, (False, 4): HAS_DST4, (True, 6): HAS_SRC6, (False, 6): HAS_DST6}
 _PORT_FLAGS = {PORT_DST: HAS_PORT_DST, PORT_SRC: HAS_PORT_SRC, PORT_NONE: HAS_PROTO}
 
@@ -111,8 +107,6 @@ class Rule:
     def flags(self) -> int:
         """The bit of xdp_filter.h's active_bits for the table the rule lives in."""
         net = self.cidr
-        if net is not None and net.prefixlen == net.max_prefixlen:
-            return HAS_SRC_HOST if self.src is not None else HAS_DST_HOST
         if net is not None:
             return _CIDR_FLAGS[(self.src is not None, net.version)]
         return _PORT_FLAGS[self.port_dir]
@@ -310,10 +304,6 @@ def entries(rule: Rule, rule_id: int) -> list[tuple[str, bytes, bytes]]:
     """(table, key, value) for each map element the rule needs."""
     value = RULE_VAL.pack(rule_id, rule.proto or 0, rule.port_dir, rule.port or 0)
     net = rule.cidr
-    if net is not None and net.prefixlen == net.max_prefixlen:  # one address: the host table
-        key = (HOST4_KEY if net.version == 4 else HOST6_KEY).pack(
-            HOST_SRC if rule.src is not None else HOST_DST, net.network_address.packed)
-        return [(f"hosts{net.version}", key, value)]
     if net is not None:
         fam = "4" if net.version == 4 else "6"
         table = ("src" if rule.src is not None else "dst") + fam
@@ -336,11 +326,6 @@ def decode_entries(items: list[tuple[str, bytes, bytes]]) -> dict[int, Rule]:
         if table == "ports":
             protos = sorted(PORT_KEY.unpack(k)[0] for _, k, *_ in parts)
             fields["proto"] = None if protos == sorted(PORT_PROTOCOLS) and port_dir else protos[0]
-        elif table.startswith("hosts"):
-            direction, addr = (HOST4_KEY if table == "hosts4" else HOST6_KEY).unpack(key)
-            net = ipaddress.ip_network(addr)
-            fields["src" if direction == HOST_SRC else "dst"] = net
-            fields["proto"] = proto or None
         else:
             plen, addr = (LPM4 if table.endswith("4") else LPM6).unpack(key)
             fields[table[:3]] = ipaddress.ip_network((addr, plen))

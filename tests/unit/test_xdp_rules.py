@@ -129,9 +129,9 @@ def test_entries_decode_back_to_the_rule(text):
     assert got == {9: rule}
 
 
-def test_single_addresses_go_to_the_host_table():
-    assert {t for t, _, _ in entries(parse_rule("src 10.1.2.3"), 1)} == {"hosts4"}
-    assert {t for t, _, _ in entries(parse_rule("dst 2001:db8::1/128"), 1)} == {"hosts6"}
+def test_single_addresses_go_to_the_tries_like_other_cidrs():
+    assert {t for t, _, _ in entries(parse_rule("src 10.1.2.3"), 1)} == {"src4"}
+    assert {t for t, _, _ in entries(parse_rule("dst 2001:db8::1/128"), 1)} == {"dst6"}
     assert {t for t, _, _ in entries(parse_rule("src 10.1.2.2/31"), 1)} == {"src4"}
     with pytest.raises(RuleError, match="overlaps"):  # a host inside a CIDR still nests
         check_rules(rules("src 10.0.0.0/8", "src 10.1.2.3"))
