@@ -69,7 +69,11 @@ def run(*argv, ns: str | None = None, check=True, **kw) -> subprocess.CompletedP
     """A command in the network namespace ``ns`` only (nsenter --net keeps bpffs and /sys)."""
     if ns:
         argv = ("nsenter", f"--net=/run/netns/{ns}", *argv)
-    return subprocess.run([str(a) for a in argv], capture_output=True, text=True, check=check, **kw)
+    out = subprocess.run([str(a) for a in argv], capture_output=True, text=True, check=False, **kw)
+    if check and out.returncode != 0:
+        raise RuntimeError(f"{' '.join(map(str, argv))} exited {out.returncode}: "
+                           f"{(out.stderr or out.stdout).strip()[-500:]}")
+    return out
 
 
 def ten_thousand_nets(n: int = 10000) -> list[ipaddress.IPv4Network]:
@@ -255,8 +259,8 @@ def bench_drop(runs: int, counts: dict[str, int], rounds: int = 3) -> list[dict]
                         continue
                     try:
                         contender = cls(lab, nets)
-                    except (subprocess.CalledProcessError, OSError) as exc:
-                        errors[cls.name] = (getattr(exc, "stderr", "") or str(exc)).strip()[:200]
+                    except (RuntimeError, OSError) as exc:  # a tool missing or failing: say which
+                        errors[cls.name] = str(exc)[:300]
                         continue
                     try:
                         for gen_name, gen in generators:
