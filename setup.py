@@ -5,7 +5,7 @@
   clang or kernel BTF at build time the step is skipped with a warning and the package
   compiles at run time as usual;
 - build ebpfkit.engine._btfnames, the C walk over the kernel's BTF that a cold start needs
-  (~2 ms against 30-90 ms in Python). Without a C compiler it is skipped with a warning and
+  (5-10 ms against 30-90 ms in Python). Without a C compiler it is skipped with a warning and
   the engine uses its Python walk."""
 
 import os

@@ -1,8 +1,8 @@
 /* The kernel type name index of slimheader, built in C.
  *
  * A cold start (nothing cached) must read every record of the kernel's BTF once to learn
- * which type ids the names a program spells stand for. In Python that walk is ~30 ms on an
- * idle CPU and ~60-90 ms beside the two clangs a cold compile starts; here it is ~2 ms.
+ * which type ids the names a program spells stand for. In Python that walk is 30-50 ms on an
+ * idle CPU and 60-90 ms beside the clangs of a cold compile; here it is 5-10 ms.
  * slimheader._walk is the same walk in Python, used where this module was not built (no C
  * compiler at install time); a test checks both give the same index on the running kernel.
  */

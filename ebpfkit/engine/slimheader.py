@@ -67,7 +67,7 @@ class KernelTypes:
     is freed on exit.
 
     The name index (type and enumerator names -> type ids) takes one walk over 120k+
-    records: ~2 ms in C (_btfnames.c, built at install), 30-90 ms in Python (_walk, where
+    records: 5-10 ms in C (_btfnames.c, built at install), 30-90 ms in Python (_walk, where
     no compiler was there); it is cached per BTF content hash.
     """
 
