@@ -468,6 +468,16 @@ def _probe_clang(name, lbl):
                  detail=clang.version_text())
 
 
+@_register("type_walk", "C type-name walk (fast cold compiles)")
+def _probe_type_walk(name, lbl):
+    try:
+        from . import _btfnames  # noqa: F401
+    except ImportError:
+        return Probe(name, lbl, UNSUPPORTED, "not built at install (no C compiler): a kernel's first "
+                     "compile walks its types in Python, 30-90 ms more")
+    return Probe(name, lbl, SUPPORTED, "built at install")
+
+
 def _python_imports_bcc(python: str) -> str | None:
     """bcc's version when ``python`` can import it (checked in a child process), else None."""
     code = "import bcc; print(getattr(bcc, '__version__', '?'))"
@@ -1081,6 +1091,7 @@ HINTS = {
            "(e.g. from btfhub)",
     "libbpf": "install libbpf >= 1.0",
     "clang": "install clang >= 11 (apt-get install clang) or set EBPFKIT_CLANG",
+    "type_walk": "apt-get install gcc python3-dev, then reinstall ebpfkit (scripts/setup.sh does both)",
     "bcc": "apt-get install python3-bpfcc (for /usr/bin/python3) and matching kernel headers",
     "bpffs": "as root: mount -t bpf bpf /sys/fs/bpf",
     "tracefs": "as root: mount -t tracefs tracefs /sys/kernel/tracing",

@@ -266,3 +266,23 @@ def test_without_root_everything_needing_it_is_unknown(monkeypatch):
     finally:
         monkeypatch.undo()
         F.clear_cache()
+
+
+def test_type_walk_says_whether_the_c_module_was_built(monkeypatch):
+    import importlib.util
+    import sys
+
+    built = importlib.util.find_spec("ebpfkit.engine._btfnames") is not None
+    F.clear_cache()
+    assert F.probe("type_walk").supported == built
+    import ebpfkit.engine
+
+    monkeypatch.setitem(sys.modules, "ebpfkit.engine._btfnames", None)  # as if not built
+    monkeypatch.delattr(ebpfkit.engine, "_btfnames", raising=False)
+    F.clear_cache()
+    try:
+        with pytest.raises(NotSupportedError, match="not built at install") as exc:
+            F.require("type_walk")
+        assert "python3-dev" in str(exc.value.hint)
+    finally:
+        F.clear_cache()

@@ -110,9 +110,14 @@ def test_the_name_index_in_c_is_the_python_walks(tmp_path, monkeypatch):
 
 
 def test_a_cold_compile_where_the_c_walk_was_not_built(messages, monkeypatch):
+    real_walk = slimheader._walk
     monkeypatch.setitem(sys.modules, "ebpfkit.engine._btfnames", None)  # import fails
+    monkeypatch.delattr(engine, "_btfnames", raising=False)  # (set by an earlier import)
+    walked = []
+    monkeypatch.setattr(slimheader, "_walk", lambda *args: walked.append(1) or real_walk(*args))
     spec = engine.compile(text=NODENAME, name="nodename.bpf.c")
     assert any("nodename.bpf.c: slim vmlinux.h with" in m for m in messages()), messages()
+    assert walked == [1]  # the Python walk built the index
     assert nodename_seen_by(spec) == socket.gethostname()
 
 
