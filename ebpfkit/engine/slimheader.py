@@ -265,7 +265,7 @@ def program_names(path: str, include_dirs: list) -> Names:
             text = f.read()
         for name in _INCLUDE.findall(text):
             name = os.fsdecode(name)
-            if name == "vmlinux.h":
+            if os.path.basename(name) == "vmlinux.h":  # the header being chosen, or a full one
                 continue
             for d in (os.path.dirname(path), *include_dirs):
                 found = os.path.join(d, name)

@@ -14,7 +14,8 @@ def write(path, text: str):
 
 
 def test_names_come_from_the_program_and_every_header_it_includes(tmp_path):
-    program = write(tmp_path / "prog" / "a.bpf.c", '#include "vmlinux.h"\n#include "local.h"\n'
+    program = write(tmp_path / "prog" / "a.bpf.c", '#include "vmlinux.h"\n#include "../inc/vmlinux.h"\n'
+                                                    '#include "local.h"\n'
                                                     "#include <lib/shared.h>\n#include <stddef.h>\n"
                                                     "int f(struct in_program *p);\n")
     write(tmp_path / "prog" / "local.h", '#include "local.h"\n#define M(x) ((struct in_macro *)x)\n')
