@@ -470,9 +470,9 @@ def _probe_clang(name, lbl):
 
 @_register("type_walk", "C type-name walk (fast cold compiles)")
 def _probe_type_walk(name, lbl):
-    try:
-        from . import _btfnames  # noqa: F401
-    except ImportError:
+    from .slimheader import native_walk
+
+    if native_walk() is None:
         return Probe(name, lbl, UNSUPPORTED, "not built at install (no C compiler): a kernel's first "
                      "compile walks its types in Python, 30-90 ms more")
     return Probe(name, lbl, SUPPORTED, "built at install")

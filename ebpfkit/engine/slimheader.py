@@ -192,14 +192,22 @@ class KernelTypes:
         dump_types(self._ptr, self.btf.path, target, sorted(type_ids))
 
 
+def native_walk():
+    """The walk in C (the ``_btfnames`` module), or None where it was not built at install."""
+    try:
+        from . import _btfnames
+    except ImportError:
+        return None
+    return _btfnames
+
+
 def name_index(words: memoryview, strings: memoryview) -> dict:
     """Type and enumerator names -> type id or tuple of ids, from the type section
     (``words``) and string section of a BTF in native byte order."""
-    try:
-        from . import _btfnames  # built at install where a C compiler was there
-    except ImportError:
+    native = native_walk()
+    if native is None:
         return _walk(words, bytes(strings))
-    return _btfnames.index(words.cast("B"), strings)
+    return native.index(words.cast("B"), strings)
 
 
 def _walk(w, strings: bytes) -> dict:
@@ -268,11 +276,12 @@ def program_names(path: str, include_dirs: list) -> Names:
             if os.path.basename(name) == "vmlinux.h":  # the header being chosen, or a full one
                 continue
             for d in (os.path.dirname(path), *include_dirs):
-                found = os.path.join(d, name)
+                found = os.path.normpath(os.path.join(d, name))  # one spelling per file for `seen`
                 if os.path.isfile(found):
                     todo.append(found)
                     break
-        (declared if os.path.basename(path) == _DECLARATIONS_ONLY else spelled).update(_IDENT.findall(_code(text)))
+        into = declared if os.path.basename(path) == _DECLARATIONS_ONLY else spelled
+        into.update(_IDENT.findall(_code(text)))
     return Names(spelled, declared - spelled)
 
 
