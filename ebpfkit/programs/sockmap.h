@@ -2,15 +2,23 @@
 #ifndef __SOCKMAP_H
 #define __SOCKMAP_H
 
-/* One end of a TCP connection. IPv4 (also IPv4-mapped IPv6 sockets, so a client on
- * AF_INET and a server accepting on "::" produce matching keys) uses addr[0] only.
- * Addresses in network byte order, ports in host byte order. */
-struct sockmap_key {
-	__u32 family; /* AF_INET or AF_INET6 */
+/* One end of a TCP connection, as sockops stores it: the own tuple, addresses in network
+ * byte order, ports in host byte order. IPv4 (and IPv4-mapped IPv6 sockets, so a client on
+ * AF_INET and a server accepting on "::" produce matching keys) goes into its own map with
+ * a 12-byte key: sk_msg hashes one key per message, and a short key keeps that as cheap
+ * as the minimal IPv4-only sample's. */
+struct sockmap_key4 {
+	__u32 local_addr;
+	__u32 remote_addr;
+	__u16 local_port;
+	__u16 remote_port;
+};
+
+struct sockmap_key6 {
 	__u32 local_addr[4];
 	__u32 remote_addr[4];
-	__u32 local_port;
-	__u32 remote_port;
+	__u16 local_port;
+	__u16 remote_port;
 };
 
 /* Counters in the single per-CPU `stats` value: one lookup per message. */

@@ -27,10 +27,14 @@ from .regression import RegressionCheck, detect
 
 TOOL = "sockmap"
 PIN_BASE = os.path.join(mounts.PIN_ROOT, TOOL)
-MAP_NAMES = ("sock_hash", "ports", "stats", "info")
-LINK_PINS = {"sockmap_sockops": "link_sockops", "sockmap_redirect": "link_sk_msg",
-             "sockmap_pass": "link_sk_skb"}
+# (program, map or None for the cgroup) -> the pin of the link attaching it there, in the
+# order of attaching: map programs first (a socket copies its map's programs when it is
+# added), the cgroup's sockops, which adds sockets, last
+LINK_PINS = {("sockmap_pass", "sock_hash"): "link_sk_skb", ("sockmap_pass", "sock_hash6"): "link_sk_skb6",
+             ("sockmap_redirect", "sock_hash"): "link_sk_msg", ("sockmap_redirect", "sock_hash6"): "link_sk_msg6",
+             ("sockmap_sockops", None): "link_sockops"}
 PROG_PINS = {"sockmap_redirect": "prog_sk_msg", "sockmap_pass": "prog_sk_skb"}
+PROG_ATTACH = {"sockmap_redirect": AttachType.SK_MSG_VERDICT, "sockmap_pass": AttachType.SK_SKB_VERDICT}
 SKB_VERDICT_CHOICES = ("auto", "on", "off")
 
 
@@ -62,7 +66,7 @@ class Accelerator:
         require_privileges()
         self.cgroup, self.cgroup_id = resolve_cgroup(self.cgroup)
         self.obj = None
-        self.links: dict = {}  # program name -> Link
+        self.links: dict = {}  # link pin name -> Link
 
     @property
     def skb_verdict(self) -> bool:
@@ -77,7 +81,8 @@ class Accelerator:
 
         spec = compile_bpf("sockmap.bpf.c")
         spec.rodata.update({"targ_ipv6": self.options.ipv6, "targ_filter_ports": bool(self.options.ports)})
-        spec.maps["sock_hash"].max_entries = self.options.max_sockets
+        for name in M.SOCK_MAPS:
+            spec.maps[name].max_entries = self.options.max_sockets
         verdict = self.skb_verdict
         spec.programs["sockmap_pass"].autoload = verdict
         self.obj = spec.load()
@@ -86,13 +91,12 @@ class Accelerator:
             M.write_info(self.map("info"), enabled_at=time.time(), ipv6=self.options.ipv6, skb_verdict=verdict,
                          regression=bool(self.regression and self.regression.affected),
                          nports=len(self.options.ports), cgroup_id=self.cgroup_id)
-            # map programs first: a socket copies the map's programs when it is added
-            progs, sock_hash = self.obj.programs, self.obj.maps["sock_hash"]
-            if verdict:
-                self.links["sockmap_pass"] = progs["sockmap_pass"].attach_sockmap(
-                    sock_hash, AttachType.SK_SKB_VERDICT)
-            self.links["sockmap_redirect"] = progs["sockmap_redirect"].attach_sockmap(sock_hash)
-            self.links["sockmap_sockops"] = progs["sockmap_sockops"].attach_cgroup(self.cgroup)
+            for (prog, map_name), pin in LINK_PINS.items():
+                if map_name is None:
+                    self.links[pin] = self.obj.programs[prog].attach_cgroup(self.cgroup)
+                elif self.obj.programs[prog].autoload:
+                    self.links[pin] = self.obj.programs[prog].attach_sockmap(self.obj.maps[map_name],
+                                                                             PROG_ATTACH[prog])
         except BaseException:
             self.close()
             raise
@@ -105,22 +109,22 @@ class Accelerator:
         return M.read_stats(self.map("stats"))
 
     def sockets(self) -> list[dict]:
-        return M.read_sockets(self.map("sock_hash"))
+        return M.read_sockets(*map(self.map, M.SOCK_MAPS))
 
     def keys(self) -> set[bytes]:
-        return M.raw_keys(self.map("sock_hash"))
+        return M.raw_keys(*map(self.map, M.SOCK_MAPS))
 
     def status(self) -> dict:
         return _status_record(self.cgroup, self.cgroup_id, M.read_info(self.map("info")),
                               M.read_ports(self.map("ports")), self.stats(),
-                              M.count_sockets(self.map("sock_hash")), pinned=False)
+                              M.count_sockets(*map(self.map, M.SOCK_MAPS)), pinned=False)
 
     def pin(self, directory: str) -> None:
         """Pin maps, links and programs so the acceleration outlives this process."""
         self.obj.pin_maps(directory)
-        for name, link in self.links.items():
+        for pin, link in self.links.items():
             if link.is_bpf_link:
-                link.pin(os.path.join(directory, LINK_PINS[name]))
+                link.pin(os.path.join(directory, pin))
             else:  # BPF_PROG_ATTACH on a map (kernels < 6.10): the map holds the program
                 self.obj.links.remove(link)  # so closing the object does not detach it
         for name, pin in PROG_PINS.items():
@@ -178,7 +182,7 @@ class Enablement:
 
     @property
     def complete(self) -> bool:
-        return all(os.path.exists(os.path.join(self.directory, n)) for n in ("info", "sock_hash", "stats"))
+        return all(os.path.exists(os.path.join(self.directory, n)) for n in ("info", "stats", *M.SOCK_MAPS))
 
     def _map(self, name: str) -> pinned.FdMap:
         try:
@@ -191,22 +195,27 @@ class Enablement:
         with self._map("stats") as m:
             return M.read_stats(m)
 
+    @contextlib.contextmanager
+    def _sock_maps(self):
+        with self._map(M.SOCK_MAPS[0]) as v4, self._map(M.SOCK_MAPS[1]) as v6:
+            yield v4, v6
+
     def sockets(self) -> list[dict]:
-        with self._map("sock_hash") as m:
-            return M.read_sockets(m)
+        with self._sock_maps() as maps:
+            return M.read_sockets(*maps)
 
     def keys(self) -> set[bytes]:
-        with self._map("sock_hash") as m:
-            return M.raw_keys(m)
+        with self._sock_maps() as maps:
+            return M.raw_keys(*maps)
 
     def status(self) -> dict:
-        with self._map("info") as info, self._map("ports") as ports, self._map("sock_hash") as sh:
+        with self._map("info") as info, self._map("ports") as ports, self._sock_maps() as maps:
             return _status_record(self.cgroup, self.cgroup_id, M.read_info(info), M.read_ports(ports),
-                                  self.stats(), M.count_sockets(sh), pinned=True)
+                                  self.stats(), M.count_sockets(*maps), pinned=True)
 
     def remove(self) -> None:
         """Detach from the cgroup and the map, unpin everything (connections keep working)."""
-        for pin in ("link_sockops", "link_sk_msg", "link_sk_skb"):
+        for pin in reversed(LINK_PINS.values()):  # sockops first: no socket added meanwhile
             # now, even if another process still holds the link
             pinned.detach_pinned_link(os.path.join(self.directory, pin))
         _prog_detach_fallback(self.directory)
@@ -217,21 +226,26 @@ class Enablement:
 
 
 def _prog_detach_fallback(directory: str) -> None:
-    """Kernels without sockmap links: detach the pinned programs from the pinned map."""
+    """Kernels without sockmap links: detach the pinned programs from the pinned maps."""
     if os.path.exists(os.path.join(directory, "link_sk_msg")):
         return
+    progs = {}
     try:
-        map_fd = pinned.open_pin(os.path.join(directory, "sock_hash"))
-    except pinned.PinError:
-        return
-    try:
-        for pin, attach in (("prog_sk_msg", AttachType.SK_MSG_VERDICT), ("prog_sk_skb", AttachType.SK_SKB_VERDICT)):
+        for prog, pin in PROG_PINS.items():
             with contextlib.suppress(pinned.PinError):
-                fd = pinned.open_pin(os.path.join(directory, pin))
-                pinned.prog_detach(fd, map_fd, attach)
-                os.close(fd)
+                progs[prog] = pinned.open_pin(os.path.join(directory, pin))
+        for map_name in M.SOCK_MAPS:
+            try:
+                map_fd = pinned.open_pin(os.path.join(directory, map_name))
+            except pinned.PinError:
+                continue
+            for prog, fd in progs.items():
+                with contextlib.suppress(pinned.PinError):
+                    pinned.prog_detach(fd, map_fd, PROG_ATTACH[prog])
+            os.close(map_fd)
     finally:
-        os.close(map_fd)
+        for fd in progs.values():
+            os.close(fd)
 
 
 def enablements() -> list[Enablement]:

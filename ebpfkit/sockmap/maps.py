@@ -11,7 +11,9 @@ from ..engine.pinned import FdMap
 
 STATS = ("sockets_added", "add_failed", "msgs_redirected", "bytes_redirected",
          "msgs_fallback", "bytes_fallback")
-KEY = struct.Struct("=I16s16sII")          # struct sockmap_key
+KEY4 = struct.Struct("=4s4sHH")            # struct sockmap_key4 (map sock_hash)
+KEY6 = struct.Struct("=16s16sHH")          # struct sockmap_key6 (map sock_hash6)
+SOCK_MAPS = ("sock_hash", "sock_hash6")
 INFO = struct.Struct("=QIIIIQ")            # struct sockmap_info
 INFO_FIELDS = ("enabled_at", "ipv6", "skb_verdict", "regression", "nports", "cgroup_id")
 
@@ -27,24 +29,25 @@ def read_stats(m: FdMap) -> dict[str, int]:
 
 
 def decode_key(raw: bytes) -> dict:
-    family, local, remote, lport, rport = KEY.unpack(raw[:KEY.size])
-    if family == socket.AF_INET:
-        local, remote, fam = socket.inet_ntop(family, local[:4]), socket.inet_ntop(family, remote[:4]), "ipv4"
+    """A key of either map, told apart by its size."""
+    if len(raw) == KEY4.size:
+        family, (local, remote, lport, rport) = socket.AF_INET, KEY4.unpack(raw)
     else:
-        local, remote, fam = socket.inet_ntop(family, local), socket.inet_ntop(family, remote), "ipv6"
-    return {"family": fam, "local": local, "local_port": lport, "remote": remote, "remote_port": rport}
+        family, (local, remote, lport, rport) = socket.AF_INET6, KEY6.unpack(raw[:KEY6.size])
+    return {"family": "ipv4" if family == socket.AF_INET else "ipv6",
+            "local": socket.inet_ntop(family, local), "local_port": lport,
+            "remote": socket.inet_ntop(family, remote), "remote_port": rport}
 
 
 def encode_key(family: int, local: str, local_port: int, remote: str, remote_port: int) -> bytes:
     """The key sockops stores for a socket (IPv4-mapped IPv6 addresses are keyed as IPv4)."""
-    def addr(a: str) -> tuple[int, bytes]:
-        if family == socket.AF_INET6 and a.startswith("::ffff:") and "." in a:
-            return socket.AF_INET, socket.inet_pton(socket.AF_INET, a[7:]).ljust(16, b"\0")
-        packed = socket.inet_pton(family, a)
-        return family, packed.ljust(16, b"\0")
-    fam, lraw = addr(local)
-    _, rraw = addr(remote)
-    return KEY.pack(fam, lraw, rraw, local_port, remote_port)
+    def mapped(a: str) -> bool:
+        return a.startswith("::ffff:") and "." in a
+
+    if family == socket.AF_INET6 and mapped(local) and mapped(remote):
+        family, local, remote = socket.AF_INET, local[7:], remote[7:]
+    layout = KEY4 if family == socket.AF_INET else KEY6
+    return layout.pack(socket.inet_pton(family, local), socket.inet_pton(family, remote), local_port, remote_port)
 
 
 def key_of(sock: socket.socket) -> bytes:
@@ -53,16 +56,16 @@ def key_of(sock: socket.socket) -> bytes:
     return encode_key(sock.family, local[0], local[1], remote[0], remote[1])
 
 
-def read_sockets(m: FdMap) -> list[dict]:
-    return [decode_key(raw) for raw in m.iter_keys()]
+def read_sockets(*maps: FdMap) -> list[dict]:
+    return [decode_key(raw) for m in maps for raw in m.iter_keys()]
 
 
-def count_sockets(m: FdMap) -> int:
-    return sum(1 for _ in m.iter_keys())
+def count_sockets(*maps: FdMap) -> int:
+    return sum(1 for m in maps for _ in m.iter_keys())
 
 
-def raw_keys(m: FdMap) -> set[bytes]:
-    return set(m.iter_keys())
+def raw_keys(*maps: FdMap) -> set[bytes]:
+    return {raw for m in maps for raw in m.iter_keys()}
 
 
 def read_ports(m: FdMap) -> list[int]:

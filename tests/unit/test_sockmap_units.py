@@ -23,16 +23,18 @@ HEADER = Path(__file__).resolve().parents[2] / "ebpfkit" / "programs" / "sockmap
 
 
 def _c_struct_size(name: str) -> int:
-    """Size of a struct of __u32/__u64 fields (and __u32 arrays) declared in sockmap.h."""
+    """Size of a struct of __u16/__u32/__u64 fields (and arrays) declared in sockmap.h
+    (no padding: these structs need none)."""
     body = re.search(rf"struct {name} {{(.*?)}};", HEADER.read_text(), re.S).group(1)
     size = 0
-    for kind, _, count in re.findall(r"__u(32|64)\s+\w+(\[(\d+)\])?;", body):
+    for kind, _, count in re.findall(r"__u(16|32|64)\s+\w+(\[(\d+)\])?;", body):
         size += int(kind) // 8 * int(count or 1)
     return size
 
 
 def test_python_layouts_match_the_c_header():
-    assert M.KEY.size == _c_struct_size("sockmap_key") == 44
+    assert M.KEY4.size == _c_struct_size("sockmap_key4") == 12
+    assert M.KEY6.size == _c_struct_size("sockmap_key6") == 36
     assert M.INFO.size == _c_struct_size("sockmap_info") == 32
     stats = re.search(r"enum sockmap_stat {(.*?)};", HEADER.read_text(), re.S).group(1)
     names = [n.lower() for n in re.findall(r"SOCKMAP_(\w+)", stats) if n != "NR_STATS"]
@@ -41,10 +43,8 @@ def test_python_layouts_match_the_c_header():
 
 def test_key_byte_order_addresses_network_ports_host():
     raw = M.encode_key(socket.AF_INET, "127.0.0.1", 8080, "127.0.0.2", 443)
-    family, local, remote, lport, rport = struct.unpack("=I16s16sII", raw)
-    assert family == socket.AF_INET
-    assert local[:4] == bytes([127, 0, 0, 1]) and remote[:4] == bytes([127, 0, 0, 2])
-    assert local[4:] == remote[4:] == bytes(12)
+    local, remote, lport, rport = struct.unpack("=4s4sHH", raw)
+    assert local == bytes([127, 0, 0, 1]) and remote == bytes([127, 0, 0, 2])
     assert (lport, rport) == (8080, 443)  # both host order in the key
     assert M.decode_key(raw) == {"family": "ipv4", "local": "127.0.0.1", "local_port": 8080,
                                  "remote": "127.0.0.2", "remote_port": 443}
@@ -53,9 +53,11 @@ def test_key_byte_order_addresses_network_ports_host():
 def test_ipv4_mapped_ipv6_is_keyed_as_ipv4():
     mapped = M.encode_key(socket.AF_INET6, "::ffff:127.0.0.1", 5201, "::ffff:127.0.0.1", 40000)
     plain = M.encode_key(socket.AF_INET, "127.0.0.1", 5201, "127.0.0.1", 40000)
-    assert mapped == plain
+    assert mapped == plain and len(plain) == M.KEY4.size
     v6 = M.encode_key(socket.AF_INET6, "::1", 1, "fe80::1", 2)
-    assert M.decode_key(v6)["family"] == "ipv6" and M.decode_key(v6)["remote"] == "fe80::1"
+    assert len(v6) == M.KEY6.size
+    assert M.decode_key(v6) == {"family": "ipv6", "local": "::1", "local_port": 1, "remote": "fe80::1",
+                                "remote_port": 2}
 
 
 @pytest.mark.parametrize("release, affected", [
