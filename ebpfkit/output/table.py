@@ -36,12 +36,14 @@ def as_column(spec: str | Column) -> Column:
 
 
 class ResultTable:
-    """Columns and rows (dicts keyed by column key, or sequences in column order)."""
+    """Columns and rows (dicts keyed by column key, or sequences in column order). ``width``
+    caps the rendered width (wide side-by-side comparisons may ask for more)."""
 
     def __init__(self, columns: Iterable[str | Column], rows: Iterable[Mapping | Sequence] = (),
-                 title: str | None = None):
+                 title: str | None = None, width: int = MAX_TABLE_WIDTH):
         self.columns = [as_column(c) for c in columns]
         self.title = title
+        self.width = width
         self.rows: list[dict] = []
         for row in rows:
             self.add_row(row)
@@ -107,12 +109,12 @@ class ResultTable:
     def __rich_console__(self, console, options):
         from rich.constrain import Constrain
 
-        yield Constrain(self.rich_table(), MAX_TABLE_WIDTH)
+        yield Constrain(self.rich_table(), self.width)
 
     def __str__(self) -> str:
         from .notebook import render_text
 
-        return render_text(self, MAX_TABLE_WIDTH)
+        return render_text(self, self.width)
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         from .notebook import mimebundle

@@ -1,23 +1,30 @@
 """`ebpfkit sockmap bench` and benchmarks/sockmap_bench.py: the same measurement.
 
-In a fresh child cgroup, each workload runs three times, servers and clients all inside the
-cgroup and over loopback: plain TCP, the minimal sockops+sk_msg sample of the source
-documents (IPv4 only, no sk_skb verdict), and ebpfkit's sockmap. Workloads:
+Each mode gets a fresh child cgroup of its own, attached once per workload: plain TCP, the
+minimal sockops+sk_msg sample of the source documents (IPv4 only, no sk_skb verdict), and
+ebpfkit's sockmap. Servers and clients all run inside the mode's cgroup, over loopback.
+Workloads:
 - sockperf TCP ping-pong (64 B) p50/p99 latency with server and client pinned to one CPU:
   what the stack costs, which is what sockmap changes. Free on every CPU (for information)
   a round trip also waits for the other CPU to wake up, which in a VM can take most of it.
 - iperf3 throughput against its default server (listening on "::", so the server side is
   an IPv4-mapped AF_INET6 socket), plain and with TCP_NODELAY.
 - nginx as a load balancer in front of two nginx backends, driven by wrk.
-Modes are interleaved over several rounds (order rotated); values are medians, ratios are
-medians of the per-round ratios (paired within a round), since a shared 2-CPU machine is noisy.
+Modes are interleaved over several rounds, in a new random order each round; values are
+medians, ratios are medians of the per-round ratios (paired within a round), since a shared
+2-CPU machine is noisy. How noisy is measured in the same run: the sample runs twice, in
+two cgroups (the A/A control), and latency ratios against the sample are judged against
+that spread. The sk_msg programs' own cost per message comes from the kernel's run-time
+statistics, collected during the unpinned ping-pong.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
+import random
 import re
 import shutil
 import signal
@@ -32,6 +39,9 @@ from dataclasses import dataclass, field
 from ..net import ChildCgroup
 
 MODES = ("plain", "minimal", "ebpfkit")
+# The sample once more, in a cgroup of its own: two identical setups measured in the same
+# rounds show how far apart noise alone puts them (the A/A control). Latency only.
+AGAIN = "minimal, again"
 # ebpfkit without the FIONREAD/epoll workaround (the sk_skb verdict program), where "auto"
 # attaches it: the like-for-like match for the minimal sample, which has none. Latency
 # only: without the workaround, epoll servers such as nginx stall on such kernels.
@@ -127,21 +137,22 @@ def stop(proc: subprocess.Popen | None, timeout: float = 5.0) -> None:
 
 @contextlib.contextmanager
 def accelerated(mode: str, cgroup: str):
-    """Nothing, the minimal sample, or ebpfkit's sockmap on ``cgroup`` for the block."""
+    """Nothing, the minimal sample, or ebpfkit's sockmap on ``cgroup`` for the block; yields
+    the sk_msg program that runs for each message (None for plain TCP)."""
     if mode == "plain":
         yield None
-    elif mode == "minimal":
+    elif mode in ("minimal", AGAIN):
         from ..engine import compile as compile_bpf
 
         with compile_bpf(text=MINIMAL_SAMPLE, name="sockmap_minimal.bpf.c").load() as obj:
             obj.programs["minimal_redir"].attach_sockmap(obj.maps["sock_ops_map"])
             obj.programs["minimal_sockops"].attach_cgroup(cgroup)
-            yield obj
+            yield obj.programs["minimal_redir"]
     elif mode in ("ebpfkit", NO_VERDICT):
         from .core import Accelerator, Options
 
         with Accelerator(cgroup, Options(skb_verdict="off" if mode == NO_VERDICT else "auto")) as acc:
-            yield acc
+            yield acc.obj.programs["sockmap_redirect"]
     else:
         raise ValueError(f"unknown mode {mode!r}")
 
@@ -319,15 +330,36 @@ class Metric:
     lower_is_better: bool
     target: float | None = None  # ratio ebpfkit/plain to reach (<= if lower is better)
     values: dict = field(default_factory=dict)  # mode -> median value
-    samples: dict = field(default_factory=dict)  # mode -> value of each round
+    samples: dict = field(default_factory=dict)  # mode -> value of each round (None: failed)
     notes: dict = field(default_factory=dict)  # mode -> text (errors, failures)
 
-    def ratio(self, mode: str, base: str = "plain") -> float | None:
-        """Median over rounds of value(mode) / value(base) in the same round: paired, so
-        a round where the whole machine was slower cancels out."""
+    def ratios(self, mode: str, base: str = "plain") -> list[float]:
+        """value(mode) / value(base) of each round both were measured in."""
         runs, bases = self.samples.get(mode, []), self.samples.get(base, [])
-        pairs = [v / b for v, b in zip(runs, bases) if b]
+        return [v / b for v, b in zip(runs, bases) if v is not None and b]
+
+    def ratio(self, mode: str, base: str = "plain") -> float | None:
+        """Median over rounds of the paired ratios: a round where the whole machine was
+        slower cancels out."""
+        pairs = self.ratios(mode, base)
         return statistics.median(pairs) if pairs else None
+
+    def noise(self) -> float | None:
+        """How far above 1.0 the median ratio of two identical setups may land by chance in
+        this run: two standard errors of a median, from the spread of the A/A control's
+        paired ratios (interquartile range of their logarithms, a robust sigma)."""
+        pairs = self.ratios(AGAIN, "minimal")
+        if len(pairs) < 3:
+            return None
+        q1, _, q3 = statistics.quantiles([math.log(r) for r in pairs], n=4)
+        sigma = (q3 - q1) / 1.349
+        return math.exp(2 * 1.2533 * sigma / math.sqrt(len(pairs))) - 1
+
+    @property
+    def alike(self) -> str:
+        """The ebpfkit mode to hold against the sample: without the workaround the sample
+        lacks, when it was measured (the workaround's cost is shown beside)."""
+        return NO_VERDICT if self.samples.get(NO_VERDICT) else "ebpfkit"
 
     def ok(self) -> bool | None:
         r, m = self.ratio("ebpfkit"), self.ratio("minimal")
@@ -335,19 +367,20 @@ class Metric:
             return None
         good = r <= self.target if self.lower_is_better else r >= self.target
         if m is not None and self.name == "sockperf p50":
-            # never worse than the sample: like for like, i.e. without the workaround the
-            # sample lacks when it was measured (the workaround's cost is shown beside)
-            alike = NO_VERDICT if self.samples.get(NO_VERDICT) else "ebpfkit"
-            good = good and self.ratio(alike, "minimal") <= 1.0
+            # never worse than the sample: not further above it than noise puts the sample
+            # above itself (without an A/A control, not above it at all)
+            good = good and self.ratio(self.alike, "minimal") <= 1.0 + (self.noise() or 0.0)
         if self.name.startswith("nginx"):
             good = good and not self.notes.get("ebpfkit")
         return good
 
     def to_dict(self) -> dict:
-        return {"metric": self.name, "unit": self.unit, **{m: self.values.get(m) for m in (*MODES, NO_VERDICT)},
+        return {"metric": self.name, "unit": self.unit,
+                **{m: self.values.get(m) for m in (*MODES, NO_VERDICT, AGAIN)},
                 "minimal_ratio": self.ratio("minimal"), "ebpfkit_ratio": self.ratio("ebpfkit"),
                 "ebpfkit_vs_minimal": self.ratio("ebpfkit", "minimal"),
-                "no_skb_verdict_vs_minimal": self.ratio(NO_VERDICT, "minimal"), "samples": self.samples,
+                "no_skb_verdict_vs_minimal": self.ratio(NO_VERDICT, "minimal"),
+                "a_a": self.ratio(AGAIN, "minimal"), "noise": self.noise(), "samples": self.samples,
                 "target": self.target_text, "ok": self.ok(), "notes": self.notes}
 
     @property
@@ -376,6 +409,10 @@ class BenchResult:
         def ratio(v):
             return "-" if v is None else f"{v:.2f}×"
 
+        def a_a(m):
+            r, noise = m.ratio(AGAIN, "minimal"), m.noise()
+            return ratio(r) + ("" if noise is None else f" ±{noise * 100:.0f}%")
+
         rows = []
         for m in self.metrics:
             ok = m.ok()
@@ -384,7 +421,7 @@ class BenchResult:
                          "minimal": num(m.values.get("minimal")), "ebpfkit": num(m.values.get("ebpfkit")),
                          "min_x": ratio(m.ratio("minimal")), "ek_x": ratio(m.ratio("ebpfkit")),
                          "ek_min": ratio(m.ratio("ebpfkit", "minimal")),
-                         "nv_min": ratio(m.ratio(NO_VERDICT, "minimal")),
+                         "nv_min": ratio(m.ratio(NO_VERDICT, "minimal")), "a_a": a_a(m),
                          "target": m.target_text, "ok": {True: "yes", False: "NO", None: ""}[ok],
                          "notes": notes})
         columns = [Column("METRIC", key="metric"), Column("PLAIN", key="plain", align="right"),
@@ -392,10 +429,11 @@ class BenchResult:
                    Column("EBPFKIT", key="ebpfkit", align="right"), Column("MIN×", key="min_x", align="right"),
                    Column("EK×", key="ek_x", align="right"), Column("EK/MIN", key="ek_min", align="right"),
                    Column("NO-SKB/MIN", key="nv_min", align="right"),
+                   Column("A/A", key="a_a", align="right"),
                    Column("TARGET", key="target"),
                    Column("OK", key="ok"), Column("NOTES", key="notes", max_width=18)]
         return ResultTable(columns, rows, title=f"sockmap bench, kernel {self.kernel}: median of {self.rounds} "
-                                                f"rounds of {self.duration:.0f} s")
+                                                f"rounds of {self.duration:.0f} s", width=140)
 
 
 def _missing_tools(only) -> list[str]:
@@ -403,13 +441,23 @@ def _missing_tools(only) -> list[str]:
     return [t for w in only for t in need[w] if shutil.which(t) is None]
 
 
-def _measure(workload: str, cg: ChildCgroup, duration: float, rps: Metric, mode: str):
-    """(metric name, value) pairs of one run of ``workload``."""
+def _pinned_cpu() -> int:
+    return max(os.sched_getaffinity(0))
+
+
+def _measure(workload: str, setup: tuple, duration: float, rps: Metric, mode: str):
+    """(metric name, value) pairs of one run of ``workload`` in ``setup``, (its cgroup,
+    its sk_msg program)."""
+    cg, program = setup
     if workload == "sockperf":
-        pinned = sockperf(cg, duration, cpu=max(os.sched_getaffinity(0)))
-        spread = sockperf(cg, duration)
+        pinned = sockperf(cg, duration, cpu=_pinned_cpu())
+        if program is None:
+            spread, cost = sockperf(cg, duration), []
+        else:
+            spread, ns = program_cost(program, lambda: sockperf(cg, duration))
+            cost = [("sk_msg program", ns)]
         return [("sockperf p50", pinned["p50_us"]), ("sockperf p99", pinned["p99_us"]),
-                ("sockperf p50, 2 CPUs", spread["p50_us"])]
+                ("sockperf p50, 2 CPUs", spread["p50_us"]), *cost]
     if workload == "iperf3":
         return [("iperf3 [::] server", iperf3(cg, duration)["gbits"]),
                 ("iperf3 TCP_NODELAY", iperf3(cg, duration, nodelay=True)["gbits"])]
@@ -420,7 +468,28 @@ def _measure(workload: str, cg: ChildCgroup, duration: float, rps: Metric, mode:
     return [("nginx LB + wrk", r["req_per_s"])]
 
 
-def run_bench(duration: float = 3.0, rounds: int = 3, only=None, progress=lambda *a: None) -> BenchResult:
+def program_cost(program, workload):
+    """(what ``workload()`` returns, ns per run of ``program`` during it), from the kernel's
+    run-time statistics. Their own two clock reads per run are included (the same for every
+    program) and slow each message down by as much: tens of ns, well under 1% of the round
+    trip of the unpinned ping-pong they are measured on."""
+    from ..engine import run_time_stats
+
+    with run_time_stats():
+        before = program.info()
+        result = workload()
+        after = program.info()
+    runs = after.run_cnt - before.run_cnt
+    if not runs:
+        raise RuntimeError(f"{program.name} never ran")
+    return result, (after.run_time_ns - before.run_time_ns) / runs
+
+
+_FAILURES = (RuntimeError, subprocess.TimeoutExpired, TimeoutError)
+
+
+def run_bench(duration: float = 3.0, rounds: int = 3, only=None, progress=lambda *a: None,
+              seed: int | None = None) -> BenchResult:
     import platform
 
     from ..errors import NotSupportedError
@@ -435,29 +504,41 @@ def run_bench(duration: float = 3.0, rounds: int = 3, only=None, progress=lambda
     p50 = Metric("sockperf p50", "µs", True, 0.8)
     p99 = Metric("sockperf p99", "µs", True)
     p50_spread = Metric("sockperf p50, 2 CPUs", "µs", True)
+    cost = Metric("sk_msg program", "ns/msg", True)
     ip_default = Metric("iperf3 [::] server", "Gbit/s", False, 1.8)
     ip_nodelay = Metric("iperf3 TCP_NODELAY", "Gbit/s", False, 1.8)
     rps = Metric("nginx LB + wrk", "req/s", False, 1.1)
-    metrics = {"sockperf": [p50, p99, p50_spread], "iperf3": [ip_default, ip_nodelay], "nginx": [rps]}
-    samples: dict = {}  # (metric name, mode) -> values, one per round
+    metrics = {"sockperf": [p50, p99, p50_spread, cost], "iperf3": [ip_default, ip_nodelay], "nginx": [rps]}
+    samples: dict = {}  # (metric name, mode) -> values, one per round (None: that run failed)
     verdict_on = detect().affected  # does "auto" attach the workaround here?
-    with ChildCgroup("sockmapbench") as cg:
-        for workload in only:
+    rng = random.Random(seed)
+    for workload in only:
+        modes = MODES
+        if workload == "sockperf":
+            modes += (AGAIN,) + ((NO_VERDICT,) if verdict_on else ())
+        with contextlib.ExitStack() as stack:
+            setups = {}  # mode -> (its cgroup, its sk_msg program)
+            for i, mode in enumerate(modes):
+                cg = stack.enter_context(ChildCgroup(f"sockmapbench{i}"))
+                setups[mode] = cg, stack.enter_context(accelerated(mode, cg.path))
+
+            def record(name, mode, round_, value):
+                samples.setdefault((name, mode), [None] * rounds)[round_] = value
+
             for round_ in range(rounds):
-                # rotate the order each round: no mode always runs first (or after another)
-                modes = MODES + ((NO_VERDICT,) if workload == "sockperf" and verdict_on else ())
-                for mode in modes[round_ % len(modes):] + modes[:round_ % len(modes)]:
+                for mode in rng.sample(modes, len(modes)):
                     progress("%s round %d: %s", workload, round_ + 1, mode)
-                    with accelerated(mode, cg.path):
-                        try:
-                            for name, value in _measure(workload, cg, duration, rps, mode):
-                                samples.setdefault((name, mode), []).append(value)
-                        except (RuntimeError, subprocess.TimeoutExpired, TimeoutError) as exc:
-                            for m in metrics[workload]:
-                                m.notes[mode] = f"failed: {str(exc).splitlines()[0][:60]}"
+                    try:
+                        for name, value in _measure(workload, setups[mode], duration, rps, mode):
+                            record(name, mode, round_, value)
+                    except _FAILURES as exc:
+                        for m in metrics[workload]:
+                            m.notes[mode] = f"failed: {str(exc).splitlines()[0][:60]}"
     for (name, mode), values in samples.items():
         metric = next(m for ms in metrics.values() for m in ms if m.name == name)
-        metric.values[mode] = statistics.median(values)
+        measured = [v for v in values if v is not None]
+        if measured:
+            metric.values[mode] = statistics.median(measured)
         metric.samples[mode] = values
     chosen = [m for w in only for m in metrics[w]]
     return BenchResult(chosen, platform.release(), duration, rounds)

@@ -228,11 +228,13 @@ def run(cgroup, ports, ipv6, skb_verdict, max_sockets, interval, count):
               help="Run only these measurements (repeatable).")
 @tool_options
 def bench(duration, rounds, only):
-    """Plain TCP vs a minimal sockops+sk_msg sample vs ebpfkit, side by side, in a fresh child
-    cgroup: sockperf TCP ping-pong latency (client and server on one CPU; and, for
+    """Plain TCP vs a minimal sockops+sk_msg sample vs ebpfkit, side by side, each in a fresh
+    child cgroup: sockperf TCP ping-pong latency (client and server on one CPU; and, for
     information, on any CPU), iperf3 throughput, nginx load balancer + wrk. Where the
     FIONREAD/epoll workaround is attached, latency is also measured without it (NO-SKB):
-    the like-for-like match for the sample, which has none."""
+    the like-for-like match for the sample, which has none. The sample also runs twice
+    (A/A): how far apart two identical setups land is the noise latency ratios against the
+    sample are judged with. The sk_msg row is each program's own cost per message."""
     from ..sockmap.bench import run_bench
     from ..sockmap.cgroups import require_privileges
 

@@ -272,6 +272,24 @@ def test_filter_by_test_run(filter_obj, prog, drop, passed):
     assert got == {a: expected.get(a, 0) for a in range(8)}
 
 
+def test_run_time_stats_count_runs_only_while_on(filter_obj):
+    """engine.run_time_stats(): the kernel counts each run of a program, and its time, while
+    the block is open, and stops when it closes (unless the sysctl holds them on anyway)."""
+    from ebpfkit.engine import run_time_stats
+
+    program = filter_obj.programs["xdp_filter"]
+    frame = _frames()[0][1]
+    with run_time_stats():
+        before = program.info()
+        program.test_run(frame, repeat=50)
+        during = program.info()
+    assert during.run_cnt - before.run_cnt == 50 and during.run_time_ns > before.run_time_ns
+    program.test_run(frame, repeat=50)
+    with open("/proc/sys/kernel/bpf_stats_enabled") as f:
+        still_on = f.read().strip() == "1"
+    assert program.info().run_cnt - during.run_cnt == (50 if still_on else 0)
+
+
 # --- real hooks on a veth between two test namespaces -------------------------------------
 
 def _udp_socket(ns, address):

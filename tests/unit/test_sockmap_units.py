@@ -122,3 +122,30 @@ def test_status_table_rows():
     row = table.to_dicts()[0]
     assert row["ports_text"] == "80,8080" and row["verdict_text"] == "yes" and row["sockets"] == 4
     assert "REDIR BYTES" in str(table)
+
+
+def _p50(plain, minimal, ebpfkit, again=None):
+    from ebpfkit.sockmap.bench import AGAIN, Metric
+
+    m = Metric("sockperf p50", "µs", True, 0.8)
+    m.samples = {"plain": plain, "minimal": minimal, "ebpfkit": ebpfkit}
+    if again is not None:
+        m.samples[AGAIN] = again
+    return m
+
+
+def test_bench_ratios_pair_rounds_and_skip_failed_runs():
+    m = _p50([10, 20, None], [6, 12, 6], [5, None, 9])
+    assert m.ratios("ebpfkit") == [0.5]  # round 2 failed for ebpfkit, round 3 for plain
+    assert m.ratios("ebpfkit", "minimal") == [5 / 6, 1.5]
+
+
+def test_bench_not_worse_than_the_sample_is_judged_by_the_runs_own_noise():
+    plain, minimal, slower = [10.0] * 5, [6.0] * 5, [6.3] * 5  # 5% above the sample
+    assert _p50(plain, minimal, slower).ok() is False  # no A/A control: not above it at all
+    quiet = _p50(plain, minimal, slower, again=[6.0, 6.01, 5.99, 6.0, 6.02])
+    assert quiet.noise() < 0.01 and quiet.ok() is False  # identical setups agree: 5% is real
+    noisy = _p50(plain, minimal, slower, again=[5.0, 7.0, 6.0, 5.4, 6.9])
+    assert noisy.noise() > 0.05 and noisy.ok() is True  # identical setups differ more than that
+    assert _p50(plain, minimal, [5.9] * 5).ok() is True
+    assert _p50([10.0] * 5, minimal, [8.5] * 5, again=minimal).ok() is False  # 0.85x plain
