@@ -80,7 +80,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1025); /* rule ids 1..max_rules; slot 0 unused */
+	__uint(max_entries, 1025); /* rule ids 1..max_rules; slot 0: deleted rules' counts */
 	__type(key, __u32);
 	__type(value, struct ek_counter);
 } rule_stats SEC(".maps");
@@ -228,9 +228,11 @@ int xdp_filter(struct xdp_md *ctx)
 		rv = match_ports(state, &p);
 	if (!rv)
 		return verdict(default_deny, len);
-	count(&totals, FS_MATCHED, len);
+	/* One counter per matched packet: its rule's. The matched total and the matched
+	 * packets' share of the action totals are sums of these (user space adds them up),
+	 * since every matched packet meets the same fate: the opposite of the default. */
 	count(&rule_stats, rv->id, len);
-	return verdict(!default_deny, len);
+	return default_deny || dry_run ? XDP_PASS : XDP_DROP;
 }
 
 char LICENSE[] SEC("license") = "GPL";

@@ -53,16 +53,17 @@ struct ek_counter {
 	__u64 bytes;
 };
 
-/* Slots of the per-CPU `totals` array. PASSED + DROPPED + WOULD_DROP count every packet once
- * (the action taken); the others say why. */
+/* Slots of the per-CPU `totals` array, for packets no rule matched. PASSED + DROPPED +
+ * WOULD_DROP count each such packet once (the action taken); the others say why. Matched
+ * packets are counted by their rule only (rule_stats; slot 0 keeps deleted rules' counts):
+ * user space adds those to the action their match implies. */
 enum filter_stat {
 	FS_PASSED = 0,
 	FS_DROPPED = 1,
-	FS_WOULD_DROP = 2, /* dry run: a rule (or the default) said drop, the packet passed */
-	FS_MATCHED = 3,    /* a rule matched */
-	FS_MALFORMED = 4,  /* truncated/inconsistent headers; the default action applies */
-	FS_CONTROL = 5,    /* non-IP frames and IPv6 neighbour discovery: always passed */
-	FS_MAX = 6,
+	FS_WOULD_DROP = 2, /* dry run: the default said drop, the packet passed */
+	FS_MALFORMED = 3,  /* truncated/inconsistent headers; the default action applies */
+	FS_CONTROL = 4,    /* non-IP frames and IPv6 neighbour discovery: always passed */
+	FS_MAX = 5,
 };
 
 /* Written by user space at attach time so other processes can show the configuration. */

@@ -345,11 +345,10 @@ class _CounterView:
         self.prev_totals: dict = {}
         self.when: float | None = None
 
-    def _document(self, name: str, items, counters: dict, config: dict) -> dict:
+    def _document(self, name: str, items, counters: dict, config: dict, totals: dict) -> dict:
         """``items``: (key, row) per counted thing; ``counters``: key -> (packets, bytes)."""
         from ..output.values import iso_time, now
 
-        totals = self.tables.totals()
         t = time.monotonic()
         seconds = t - self.when if self.when is not None else None
         rows = [_counter_row(row, counters.get(key, (0, 0)), self.prev.get(key), seconds) for key, row in items]
@@ -368,7 +367,7 @@ class FilterStats(_CounterView):
         rules = self.tables.rules()
         counters = self.tables.rule_counters(rules)
         return self._document("rules", [(rid, {"id": rid, "rule": str(r)}) for rid, r in sorted(rules.items())],
-                              counters, self.tables.config().to_dict())
+                              counters, self.tables.config().to_dict(), self.tables.totals(counters))
 
     def show(self, out: Output) -> None:
         doc = self.sample()
@@ -572,7 +571,7 @@ class LbStats(_CounterView):
         backends = self.tables.backends()
         counters = self.tables.backend_counters()
         items = [(b.slot, {"slot": b.slot, "backend": b.name, "weight": b.weight}) for b in backends]
-        return self._document("backends", items, counters, self.tables.config())
+        return self._document("backends", items, counters, self.tables.config(), self.tables.totals())
 
     def show(self, out: Output) -> None:
         doc = self.sample()

@@ -20,7 +20,9 @@ from .tables import Tables
 PROGRAM = "xdp_filter.bpf.c"
 DEFAULT_MAX_RULES = 65536
 MODES = {"auto": 0, "native": 1, "generic": 2}
+SLOTS = ("passed", "dropped", "would_drop", "malformed", "control")  # of the program's `totals`
 TOTALS = ("passed", "dropped", "would_drop", "matched", "malformed", "control")
+RETIRED = 0  # the rule_stats slot keeping the counts of deleted rules
 CONF = struct.Struct("<IIII")
 U32 = struct.Struct("<I")
 U64 = struct.Struct("<Q")
@@ -169,9 +171,23 @@ class FilterTables(Tables):
         self._write(other, add_e, del_e)
         self._set_gen(other, gen)
         self._flip(other, table_flags(list(remaining.values()) + add))  # packets use the new set
+        self._retire(delete)
         self._write(cur, add_e, del_e)
         self._set_gen(cur, gen)
         return ids
+
+    def _retire(self, ids: list[int]) -> None:
+        """Fold the counts of deleted rules into the RETIRED slot, which keeps them in the
+        totals, and zero their slots for reuse. Called after the flip: no packet can reach
+        these rules any more, and the program never counts in the RETIRED slot."""
+        if not ids:
+            return
+        stats = self.maps["rule_stats"]
+        counts = self.rule_counters([RETIRED, *ids]).values()
+        packets, nbytes = sum(c[0] for c in counts), sum(c[1] for c in counts)
+        # the sum in the first CPU's value, nothing in the others'
+        stats.update(_key(RETIRED), COUNTER.pack(packets, nbytes).ljust(stats.value_buf_size, b"\0"))
+        stats.update_many([(_key(rid), COUNTER.pack(0, 0)) for rid in ids])
 
     def _new_ids(self, count: int, existing) -> list[int]:
         """Ids after the last one handed out (wrapping), never one in use: an id being
@@ -217,9 +233,21 @@ class FilterTables(Tables):
             values = {rid: stats.lookup(_key(rid)) for rid in ids}
         return {rid: per_cpu_counter(stats, v) for rid, v in values.items()}
 
-    def totals(self) -> dict[str, tuple[int, int]]:
+    def totals(self, counters: dict | None = None) -> dict[str, tuple[int, int]]:
+        """(packets, bytes) per action taken, and why. The program counts a packet no rule
+        matched under its action; a matched one only under its rule (one counter update per
+        packet). Matched packets all take the action opposite the default, so their sum is
+        added there. ``counters``: rule_counters() of every rule in effect, if already read."""
         m = self.maps["totals"]
-        return {name: per_cpu_counter(m, m.lookup(_key(i))) for i, name in enumerate(TOTALS)}
+        counts = {name: per_cpu_counter(m, m.lookup(_key(i))) for i, name in enumerate(SLOTS)}
+        if counters is None:
+            counters = self.rule_counters(self.rules())
+        matched = [*counters.values(), self.rule_counters([RETIRED])[RETIRED]]
+        counts["matched"] = sum(c[0] for c in matched), sum(c[1] for c in matched)
+        conf = self.config()
+        fate = "passed" if conf.default_deny else "would_drop" if conf.dry_run else "dropped"
+        counts[fate] = counts[fate][0] + counts["matched"][0], counts[fate][1] + counts["matched"][1]
+        return {name: counts[name] for name in TOTALS}
 
 
 # --- loading and attaching -----------------------------------------------------------------------

@@ -288,7 +288,10 @@ def test_atomic_change_by_test_run(loaded_filter):
 
     from ebpfkit.xdp.rules import parse_rule
 
+    from ebpfkit.xdp.filter import RETIRED
+
     obj, tables = loaded_filter
+    _reset(tables)
     prog = obj.programs["xdp_filter"]
     frame = bytes(Ether(**ETH) / IP(src="100.64.0.9", dst="10.0.0.1") / UDP(dport=7000))
     assert prog.test_run(frame).retval == XDP_PASS
@@ -304,6 +307,12 @@ def test_atomic_change_by_test_run(loaded_filter):
         seen |= {x, y}
     tables.apply(delete=[x])
     assert prog.test_run(frame).retval == XDP_PASS
+    # each drop was counted on a rule since deleted: the totals keep them all
+    totals = tables.totals()
+    assert totals["matched"] == totals["dropped"] == (6, 6 * len(frame))
+    assert totals["passed"] == (2, 2 * len(frame))
+    assert tables.rule_counters([RETIRED])[RETIRED] == (6, 6 * len(frame))
+    assert not any(c[0] for c in tables.rule_counters(seen).values())  # zeroed for reuse
 
 
 # --- on a veth ----------------------------------------------------------------------------------
