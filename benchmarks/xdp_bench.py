@@ -245,8 +245,9 @@ CONTENDERS = [EbpfkitContender, XdpFilterContender, NftContender]
 
 
 def bench_drop(runs: int, counts: dict[str, int], rounds: int = 3) -> list[dict]:
-    """Each contender is attached, measured and removed in turn, ``rounds`` times over, so
-    that background noise on a shared machine spreads over all of them; medians of all runs."""
+    """Each contender is attached, measured and removed in turn, ``rounds`` times over (the
+    order rotated), so that background noise on a shared machine spreads over all of them;
+    medians of all runs."""
     lab = Lab()
     rows = []
     generators = (("trafgen", lab.trafgen), ("live frames", lab.live_frames))
@@ -255,8 +256,10 @@ def bench_drop(runs: int, counts: dict[str, int], rounds: int = 3) -> list[dict]
         for rules_label, nets in rule_sets:
             samples: dict[tuple, list] = {}
             errors: dict[str, str] = {}
-            for _ in range(rounds):
-                for cls in CONTENDERS:
+            for round_ in range(rounds):
+                # rotated: each contender takes each place in the order once every len() rounds
+                turn = round_ % len(CONTENDERS)
+                for cls in CONTENDERS[turn:] + CONTENDERS[:turn]:
                     if cls.name in errors:
                         continue
                     try:
