@@ -15,7 +15,7 @@ medians, ratios are medians of the per-round ratios (paired within a round), sin
 2-CPU machine is noisy. How noisy is measured in the same run: the sample runs twice, in
 two cgroups (the A/A control), and latency ratios against the sample are judged against
 that spread. The sk_msg programs' own cost per message comes from the kernel's run-time
-statistics, collected during the unpinned ping-pong.
+statistics, in a short pinned ping-pong of its own (the statistics slow every message).
 """
 
 from __future__ import annotations
@@ -451,11 +451,8 @@ def _measure(workload: str, setup: tuple, duration: float, rps: Metric, mode: st
     cg, program = setup
     if workload == "sockperf":
         pinned = sockperf(cg, duration, cpu=_pinned_cpu())
-        if program is None:
-            spread, cost = sockperf(cg, duration), []
-        else:
-            spread, ns = program_cost(program, lambda: sockperf(cg, duration))
-            cost = [("sk_msg program", ns)]
+        spread = sockperf(cg, duration)
+        cost = [] if program is None else [("sk_msg program", program_cost(program, cg))]
         return [("sockperf p50", pinned["p50_us"]), ("sockperf p99", pinned["p99_us"]),
                 ("sockperf p50, 2 CPUs", spread["p50_us"]), *cost]
     if workload == "iperf3":
@@ -468,21 +465,21 @@ def _measure(workload: str, setup: tuple, duration: float, rps: Metric, mode: st
     return [("nginx LB + wrk", r["req_per_s"])]
 
 
-def program_cost(program, workload):
-    """(what ``workload()`` returns, ns per run of ``program`` during it), from the kernel's
-    run-time statistics. Their own two clock reads per run are included (the same for every
-    program) and slow each message down by as much: tens of ns, well under 1% of the round
-    trip of the unpinned ping-pong they are measured on."""
+def program_cost(program, cg: ChildCgroup, duration: float = 1.0) -> float:
+    """ns per run of the sk_msg ``program`` during a pinned ping-pong of its own, from the
+    kernel's run-time statistics. Their own two clock reads per run are included (the same
+    for every program); they slow each message down by as much, so the latency runs are
+    made without them."""
     from ..engine import run_time_stats
 
     with run_time_stats():
         before = program.info()
-        result = workload()
+        sockperf(cg, duration, cpu=_pinned_cpu())
         after = program.info()
     runs = after.run_cnt - before.run_cnt
     if not runs:
         raise RuntimeError(f"{program.name} never ran")
-    return result, (after.run_time_ns - before.run_time_ns) / runs
+    return (after.run_time_ns - before.run_time_ns) / runs
 
 
 _FAILURES = (RuntimeError, subprocess.TimeoutExpired, TimeoutError)
