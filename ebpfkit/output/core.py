@@ -258,7 +258,17 @@ class Output:
             return
         if self._in_live or self.settings.timestamps:
             self.console.print(stamp)
-        self.console.print(result)
+        if isinstance(result, ResultTable) and not self.console.is_terminal:
+            # files and pipes have no screen to fit: as wide as the table asks (rich's
+            # print(width=) would only narrow it)
+            console_width = self.console.width
+            self.console.width = max(console_width, result.width)
+            try:
+                self.console.print(result)
+            finally:
+                self.console.width = console_width
+        else:
+            self.console.print(result)
         if self._in_live:
             self.console.print()
 

@@ -35,6 +35,20 @@ def test_table_fits_in_100_columns(make_console, width):
     assert "…" in text and LONG_PATH not in text
 
 
+def test_a_wide_table_asks_for_its_width_on_files_and_pipes(make_console):
+    """A side-by-side table wider than 100 columns keeps its width when the output is a file
+    or a pipe (no terminal to fit); ordinary tables still stop at 100."""
+    wide = ResultTable([Column(f"COLUMN{i}", key=str(i)) for i in range(12)],
+                       [{str(i): f"value-{i:02d}" for i in range(12)}], width=160)
+    console = make_console(100)
+    Output(OutputSettings(), console=console).table(wide)
+    Output(OutputSettings(), console=console).table(files_table())
+    wide_text, _, narrow_text = console.file.getvalue().partition("top files")
+    assert "value-11" in wide_text and "…" not in wide_text
+    assert 100 < max(map(len, wide_text.splitlines())) <= 160
+    assert max(map(len, narrow_text.splitlines())) <= MAX_TABLE_WIDTH
+
+
 def test_table_content(make_console):
     text = render(make_console(100), files_table())
     lines = [line.rstrip() for line in text.splitlines()]
