@@ -238,7 +238,7 @@ def program_time(bench: Bench, hooks: Hooks, kind: str, repeat: int = 3) -> floa
     just for this), the least of ``repeat`` runs. It includes the statistics' own cost (two
     clock reads per run), which the floor's empty programs measure: guard minus floor is
     the guard's own work, without BPF-LSM's fixed cost."""
-    from ebpfkit.engine import run_time_stats
+    from ebpfkit.engine import run_time
 
     if kind == "exec":
         ops = bench.args.execs * bench.args.exec_batches + bench.args.execs // 10 + 1
@@ -246,15 +246,12 @@ def program_time(bench: Bench, hooks: Hooks, kind: str, repeat: int = 3) -> floa
         ops = bench.args.ops * bench.args.batches + bench.args.ops // 10 + 1
     best = float("inf")
     for _ in range(repeat):
-        with run_time_stats():
-            hooks.on()
-            try:
-                before = sum(p.info().run_time_ns for p in hooks.obj.programs.values())
-                bench.measure(kind)
-                after = sum(p.info().run_time_ns for p in hooks.obj.programs.values())
-            finally:
-                hooks.off()
-        best = min(best, (after - before) / ops)
+        hooks.on()
+        try:
+            ns, _ = run_time(hooks.obj.programs.values(), lambda: bench.measure(kind))
+        finally:
+            hooks.off()
+        best = min(best, ns / ops)
     return best
 
 

@@ -68,3 +68,15 @@ class run_time_stats:
 
     def __exit__(self, *exc):
         os.close(self.fd)
+
+
+def run_time(programs, workload) -> tuple[int, int]:
+    """(ns, runs) the kernel's run-time statistics add up for ``programs`` while
+    ``workload()`` runs, with the statistics on just for it."""
+    programs = list(programs)
+    with run_time_stats():
+        before = [p.info() for p in programs]
+        workload()
+        after = [p.info() for p in programs]
+    return (sum(a.run_time_ns - b.run_time_ns for a, b in zip(after, before)),
+            sum(a.run_cnt - b.run_cnt for a, b in zip(after, before)))

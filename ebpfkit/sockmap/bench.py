@@ -470,16 +470,12 @@ def program_cost(program, cg: ChildCgroup, duration: float = 1.0) -> float:
     kernel's run-time statistics. Their own two clock reads per run are included (the same
     for every program); they slow each message down by as much, so the latency runs are
     made without them."""
-    from ..engine import run_time_stats
+    from ..engine import run_time
 
-    with run_time_stats():
-        before = program.info()
-        sockperf(cg, duration, cpu=_pinned_cpu())
-        after = program.info()
-    runs = after.run_cnt - before.run_cnt
+    ns, runs = run_time([program], lambda: sockperf(cg, duration, cpu=_pinned_cpu()))
     if not runs:
         raise RuntimeError(f"{program.name} never ran")
-    return (after.run_time_ns - before.run_time_ns) / runs
+    return ns / runs
 
 
 _FAILURES = (RuntimeError, subprocess.TimeoutExpired, TimeoutError)

@@ -273,9 +273,10 @@ def test_filter_by_test_run(filter_obj, prog, drop, passed):
 
 
 def test_run_time_stats_count_runs_only_while_on(filter_obj):
-    """engine.run_time_stats(): the kernel counts each run of a program, and its time, while
-    the block is open, and stops when it closes (unless the sysctl holds them on anyway)."""
-    from ebpfkit.engine import run_time_stats
+    """engine.run_time_stats() / run_time(): the kernel counts each run of a program, and its
+    time, while they hold the statistics on, and stops after (unless the sysctl holds them
+    on anyway)."""
+    from ebpfkit.engine import run_time, run_time_stats
 
     program = filter_obj.programs["xdp_filter"]
     frame = _frames()[0][1]
@@ -284,6 +285,9 @@ def test_run_time_stats_count_runs_only_while_on(filter_obj):
         program.test_run(frame, repeat=50)
         during = program.info()
     assert during.run_cnt - before.run_cnt == 50 and during.run_time_ns > before.run_time_ns
+    ns, runs = run_time([program], lambda: program.test_run(frame, repeat=30))
+    assert runs == 30 and ns > 0
+    during = program.info()
     program.test_run(frame, repeat=50)
     with open("/proc/sys/kernel/bpf_stats_enabled") as f:
         still_on = f.read().strip() == "1"
