@@ -110,7 +110,7 @@ def kernels():
                      "modules": "yes" if k.modules else "no", "headers": "yes" if k.headers else "no",
                      "btf": _config_flag(k, "DEBUG_INFO_BTF"), "kprobes": _config_flag(k, "KPROBES"),
                      "bpf_lsm": _config_flag(k, "BPF_LSM"), "image": k.image})
-    accel, why = host.choose_accel()
+    accel, why = host.choose_accel(image=default.image if default else None)
     out.table(ResultTable([Column("release"), Column("default"), Column("modules"), Column("headers"),
                            Column("btf"), Column("kprobes"), Column("bpf_lsm"), Column("image")],
                           rows, title=f"Kernels (VMs here use {accel}: {why})"))

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import functools
 import os
+import select
 import shutil
 import subprocess
 import sys
+import time
 
 from ..errors import NotSupportedError
 
@@ -61,11 +63,17 @@ def require() -> str:
     return find_vng()
 
 
+KVM_BOOT_SECONDS = 10.0  # a KVM guest prints "Linux version" well within a second
+
+
 @functools.lru_cache(maxsize=None)
-def kvm_usable() -> tuple[bool, str]:
-    """(usable, why). /dev/kvm existing is not enough: under nested virtualisation QEMU
-    can abort while setting up the vCPU (e.g. "failed to set MSR"). So start QEMU paused
-    with KVM and the CPU virtme-ng asks for, and quit it from the monitor."""
+def kvm_usable(image: str | None = None) -> tuple[bool, str]:
+    """(usable, why). /dev/kvm existing is not enough: under nested virtualisation QEMU can
+    abort while setting up the vCPU (e.g. "failed to set MSR"), or the vCPU runs the
+    firmware and the kernel's real-mode setup but stalls when the kernel switches to long
+    mode (seen on these hosts: the guest never boots). So start QEMU paused with KVM and the
+    CPU virtme-ng asks for, then, given the kernel ``image`` to boot, boot it and wait for
+    its first console line."""
     if not os.path.exists("/dev/kvm"):
         return False, "no /dev/kvm"
     if not os.access("/dev/kvm", os.R_OK | os.W_OK):
@@ -74,23 +82,45 @@ def kvm_usable() -> tuple[bool, str]:
         qemu = find_qemu()
     except NotSupportedError as exc:
         return False, str(exc)
+    base = [qemu, "-accel", "kvm", "-cpu", "host", "-nodefaults", "-no-user-config", "-display", "none"]
     try:
-        out = subprocess.run([qemu, "-accel", "kvm", "-cpu", "host", "-m", "64", "-nodefaults",
-                              "-no-user-config", "-display", "none", "-monitor", "stdio", "-S"],
+        out = subprocess.run([*base, "-m", "64", "-monitor", "stdio", "-S"],
                              input="quit\n", capture_output=True, text=True, timeout=20)
     except subprocess.TimeoutExpired:
         return False, "QEMU with KVM did not answer"
     if out.returncode != 0:
         lines = [line for line in out.stderr.splitlines() if line.strip()]
         return False, f"QEMU cannot start a KVM vCPU: {lines[0] if lines else f'exit {out.returncode}'}"
+    if image and not _kernel_boots(base, image):
+        return False, (f"a kernel under KVM printed nothing in {KVM_BOOT_SECONDS:g} s "
+                       "(nested virtualisation stalls it)")
     return True, "KVM works"
 
 
-def choose_accel(requested: str = "auto") -> tuple[str, str]:
-    """("kvm" | "tcg", why)."""
+def _kernel_boots(qemu_argv: list[str], image: str, seconds: float = KVM_BOOT_SECONDS) -> bool:
+    """Whether ``image`` under KVM reaches its first console line ("Linux version")."""
+    proc = subprocess.Popen([*qemu_argv, "-m", "256", "-serial", "stdio", "-no-reboot", "-kernel", image,
+                             "-append", "console=ttyS0 earlyprintk=serial,ttyS0 panic=-1"],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    seen = bytearray()
+    try:
+        os.set_blocking(proc.stdout.fileno(), False)
+        deadline = time.monotonic() + seconds
+        while b"Linux version" not in seen and time.monotonic() < deadline and proc.poll() is None:
+            select.select([proc.stdout], [], [], 0.2)
+            seen += proc.stdout.read() or b""
+        return b"Linux version" in seen
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+
+
+def choose_accel(requested: str = "auto", image: str | None = None) -> tuple[str, str]:
+    """("kvm" | "tcg", why) for booting the kernel ``image`` (None: check the vCPU only)."""
     if requested == "tcg":
         return "tcg", "software emulation requested"
-    usable, why = kvm_usable()
+    usable, why = kvm_usable(image)
     if requested == "kvm":
         if not usable:
             raise NotSupportedError("kvm", f"KVM cannot be used: {why}", hint="use --accel tcg (software emulation)")

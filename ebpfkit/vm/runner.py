@@ -126,7 +126,7 @@ def run(command: Sequence[str], spec: VMSpec,
     ``on_output(stream, data)`` receives the command's output as it comes ("stdout" or
     "stderr"). Raises NotSupportedError when a host piece is missing."""
     vng = host.require()
-    accel, why = host.choose_accel(spec.accel)
+    accel, why = host.choose_accel(spec.accel, spec.kernel.image)
     log.info("booting %s with %s (%s)", spec.kernel.release, accel, why)
     rundir = tempfile.mkdtemp(prefix="ebpfkit-vm-", dir=shared_tmp())
     try:

@@ -131,3 +131,16 @@ def test_cli_kills_a_hung_guest_at_the_timeout(vm_kernel):
     if "started" in proc.stdout:
         assert "the command had run for" in proc.stderr, proc.stderr
     assert elapsed < 45 + 20
+
+
+def test_kvm_probe_waits_for_the_kernel_to_speak(vm_kernel, tmp_path):
+    """The probe behind choose_accel(): a kernel that reaches its first console line passes
+    (shown under TCG, which always runs); silence fails it, as from a KVM that stalls the
+    kernel (or an image that is no kernel)."""
+    from ebpfkit.vm import host
+
+    tcg = [host.find_qemu(), "-accel", "tcg", "-nodefaults", "-no-user-config", "-display", "none"]
+    assert host._kernel_boots(tcg, vm_kernel.image)
+    junk = tmp_path / "not-a-kernel"
+    junk.write_bytes(b"\0" * 4096)
+    assert not host._kernel_boots(tcg, str(junk), seconds=3)

@@ -132,12 +132,12 @@ def test_missing_host_pieces_name_their_packages(monkeypatch):
 
 
 def test_accel_choice(monkeypatch):
-    monkeypatch.setattr(host, "kvm_usable", lambda: (False, "no /dev/kvm"))
+    monkeypatch.setattr(host, "kvm_usable", lambda image=None: (False, "no /dev/kvm"))
     assert host.choose_accel("auto")[0] == "tcg"
     assert host.choose_accel("tcg")[0] == "tcg"
     with pytest.raises(NotSupportedError):
         host.choose_accel("kvm")
-    monkeypatch.setattr(host, "kvm_usable", lambda: (True, "KVM works"))
+    monkeypatch.setattr(host, "kvm_usable", lambda image=None: (True, "KVM works"))
     assert host.choose_accel("auto")[0] == "kvm"
 
 
