@@ -684,6 +684,29 @@ def has_kernel_function(name: str) -> bool:
     return _kernel_function((name,)) is not None
 
 
+@functools.cache
+def kernel_function_arity(name: str) -> int | None:
+    """How many parameters the kernel function ``name`` takes, from the kernel's BTF (None:
+    no such function, or no kernel BTF): how a program picks between the signatures a hook
+    has had (an LSM hook that gained an argument attaches only where its program matches)."""
+    btf = L.lib.btf__load_vmlinux_btf()
+    if not btf:
+        return None
+    try:
+        func_id = L.lib.btf__find_by_name_kind(btf, name.encode(), _BTF_KIND_FUNC)
+        if func_id <= 0:
+            return None
+        proto_id = _btf_type(btf, func_id)[2]  # a FUNC's type is its FUNC_PROTO
+        return _btf_type(btf, proto_id)[1] & 0xFFFF  # vlen: the parameters
+    finally:
+        L.lib.btf__free(btf)
+
+
+def _btf_type(btf, type_id: int):
+    """struct btf_type as (name_off, info, size_or_type)."""
+    return ctypes.cast(L.lib.btf__type_by_id(btf, type_id), ctypes.POINTER(ctypes.c_uint32 * 3)).contents
+
+
 def kernel_btf_names(names) -> frozenset:
     """Which of ``names`` the running kernel's BTF defines, of any kind (functions, structs,
     tracepoint typedefs): how a tool picks only the fexit/tp_btf targets this kernel has,

@@ -10,22 +10,24 @@ Untrusted subjects cannot signal it (the BPF side knows its tgid), nor write its
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import struct
 import sys
 import time
 
+from ..engine import features
 from ..engine.pinned import link_info
+from ..output.settings import DEFAULT_LOG_BACKUP, DEFAULT_LOG_SIZE
 from ..policy import OPERATIONS, PolicyError, load_guard_policy, parse_guard_policy
-from . import core
+from . import core, logfile
 
 # struct guard_event (programs/guard.h)
 EVENT = struct.Struct("=QQQIIIIiIII16s128s")
 HOOKS = {1: "file_open", 2: "file_permission", 3: "inode_unlink", 4: "inode_rename", 5: "inode_link",
          6: "inode_setattr", 7: "path_truncate", 8: "mmap_file", 9: "task_kill",
-         10: "ptrace_access_check", 11: "bpf", 12: "bpf_map", 13: "bpf_prog", 14: "sb_umount"}
+         10: "ptrace_access_check", 11: "bpf", 12: "bpf_map", 13: "bpf_prog", 14: "sb_umount",
+         15: "bprm_check_security", 16: "file_mprotect"}
 OP_NAMES = {**{v: k for k, v in OPERATIONS.items()}, 128: "kill", 256: "ptrace", 512: "bpf"}
 # enum bpf_cmd values the bpf hook reports
 BPF_CMDS = {29: "BPF_LINK_UPDATE", 34: "BPF_LINK_DETACH"}
@@ -52,7 +54,7 @@ class Logger:
          name) = EVENT.unpack(raw[:EVENT.size])
         ops = [n for bit, n in OP_NAMES.items() if op & bit]
         hook_name = HOOKS.get(hook, str(hook))
-        record = {"time": round(self.boot_offset + ts / 1e9, 6), "hook": hook_name,
+        record = {"time": round(self.boot_offset + ts / 1e9, 6), "event": "violation", "hook": hook_name,
                   "pid": pid, "comm": comm.split(b"\0")[0].decode(errors="replace"), "exe": _exe(pid),
                   "operation": ",".join(ops), "verdict": "denied" if verdict else "allowed (audit)"}
         text = name.split(b"\0")[0].decode(errors="replace")
@@ -77,8 +79,7 @@ class Logger:
         self.write(record)
 
     def write(self, record: dict) -> None:
-        self.log.write(json.dumps(record) + "\n")
-        self.log.flush()
+        self.log.write(record)
 
 
 def _boot_offset() -> float:
@@ -97,6 +98,9 @@ def load(mode: str, pin_dev: int = 0, cache: bool = True):
     import ebpfkit
 
     spec = ebpfkit.compile("guard.bpf.c")
+    idmap = features.kernel_function_arity("bpf_lsm_inode_setattr") == 3  # 6.12: (idmap, dentry, attr)
+    spec.programs["guard_inode_setattr_idmap"].autoload = idmap
+    spec.programs["guard_inode_setattr"].autoload = not idmap
     spec.rodata.update({"targ_audit": mode == "audit", "targ_agent_tgid": os.getpid(),
                         "targ_pin_dev": pin_dev, "targ_cache": cache})
     try:
@@ -109,7 +113,7 @@ def load(mode: str, pin_dev: int = 0, cache: bool = True):
 
 
 def start(policy_path: str, audit: bool):
-    """Load, attach, pin and fill; returns (obj, labels, names). Cleans up on any failure."""
+    """Load, attach, pin and fill; returns (obj, labels, names, policy). Cleans up on any failure."""
     from ..engine import mounts
 
     try:
@@ -124,10 +128,11 @@ def start(policy_path: str, audit: bool):
         obj.pin_maps(directory)
         maps = {name: obj.maps[name].raw for name in core.MAP_NAMES}
         self_ids = obj.maps["self_ids"].raw
-        names = {("prog", p.info().id): p.name for p in obj.programs.values()}
+        programs = [p for p in obj.programs.values() if p.autoload]
+        names = {("prog", p.info().id): p.name for p in programs}
         # programs are registered before any hook runs, links as they are made
         core.register_self(self_ids, [i for kind, i in names if kind == "prog"], [])
-        for prog in obj.programs.values():
+        for prog in programs:
             link = prog.attach()  # lsm/..., and fexit/vfs_rename
             link.pin(os.path.join(directory, "link_" + prog.name))
             link_id = link_info(link.fd).id
@@ -143,7 +148,7 @@ def start(policy_path: str, audit: bool):
         obj.close()
         core.stop()
         raise
-    return obj, res.labels, names
+    return obj, res.labels, names, policy
 
 
 class Watcher:
@@ -151,8 +156,8 @@ class Watcher:
     done by `guard reload`. A policy that does not parse or resolve is logged, and the one
     in force stays: it is only replaced by a valid one."""
 
-    def __init__(self, maps: dict, logger: Logger):
-        self.maps, self.logger = maps, logger
+    def __init__(self, maps: dict, logger: Logger, log_defaults: tuple[int, int]):
+        self.maps, self.logger, self.log_defaults = maps, logger, log_defaults
         self.rejected = None  # the signature of the last bad version, logged once
         self.known = (core.read_state() or {}).get("applied")  # what the labels describe
         self.next = time.monotonic() + WATCH_SECONDS
@@ -194,17 +199,27 @@ class Watcher:
                 return
         self.rejected, self.known = None, sig
         self.logger.labels = res.labels
+        self.logger.log.resize(*log_limits(policy, self.log_defaults))
         self._log(path, "applied", warnings=res.warnings)
 
     def _relabel(self, text: str, path: str) -> None:
         try:
-            self.logger.labels = display_paths(parse_guard_policy(text, path), path)
+            policy = parse_guard_policy(text, path)
         except PolicyError:
             self.logger.labels = {}
+            return
+        self.logger.labels = display_paths(policy, path)
+        self.logger.log.resize(*log_limits(policy, self.log_defaults))
 
     def _log(self, path: str, result: str, **extra) -> None:
-        self.logger.write({"time": round(time.time(), 6), "event": "policy-reload", "policy": path,
-                           "result": result, "by": "agent", **extra})
+        self.logger.write(logfile.reload_record(path, result, "agent", **extra))
+
+
+def log_limits(policy, defaults: tuple[int, int]) -> tuple[int, int]:
+    """(size, backups) of the agent's log: the policy's `log:`, else the options'."""
+    size, backups = defaults
+    return (policy.log_size or size,
+            backups if policy.log_backups is None else policy.log_backups)
 
 
 def main(argv=None) -> int:
@@ -212,6 +227,8 @@ def main(argv=None) -> int:
     parser.add_argument("policy")
     parser.add_argument("--audit", action="store_true")
     parser.add_argument("--ready-fd", type=int, default=-1)
+    parser.add_argument("--log-size", type=int, default=DEFAULT_LOG_SIZE)
+    parser.add_argument("--log-backup", type=int, default=DEFAULT_LOG_BACKUP)
     args = parser.parse_args(argv)
 
     def ready(message: str) -> None:
@@ -221,16 +238,18 @@ def main(argv=None) -> int:
             args.ready_fd = -1
 
     try:
-        obj, labels, names = start(args.policy, args.audit)
+        obj, labels, names, policy = start(args.policy, args.audit)
     except (PolicyError, core.GuardError, Exception) as exc:  # reported to `guard start`
         ready(f"error: {exc}")
         return 1
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
     maps = {name: obj.maps[name].raw for name in core.MAP_NAMES}
-    with open(core.LOG_FILE, "a") as log:
+    defaults = (args.log_size, args.log_backup)
+    log = logfile.RotatingLog(core.LOG_FILE, *log_limits(policy, defaults))
+    try:
         logger = Logger(log, labels, _boot_offset(), names)
-        watcher = Watcher(maps, logger)
+        watcher = Watcher(maps, logger, defaults)
         reader = obj.ring_buffer("events", logger, decode=False)
         ready("ok")
         marker = os.path.join(core.PIN_DIR, "link_guard_file_open")
@@ -243,6 +262,8 @@ def main(argv=None) -> int:
                     watcher.check()
                 except Exception as exc:  # never let a reload problem stop the logging
                     print(f"guard agent: policy watch: {exc!r}", file=sys.stderr, flush=True)
+    finally:
+        log.close()
     return 0  # the pins stay: only `guard stop` removes them
 
 

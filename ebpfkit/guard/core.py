@@ -32,6 +32,7 @@ from ..errors import EbpfkitError, MapError
 from ..engine import features, mounts
 from ..engine.pinned import FdMap, PinError, detach_pinned_link
 from ..policy import OPERATIONS, GuardPolicy
+from . import logfile
 
 TOOL = "guard"
 PIN_DIR = os.path.join(mounts.PIN_ROOT, TOOL)
@@ -52,6 +53,8 @@ GEN_POLICY = 0  # GUARD_GEN_POLICY: bumped after each change of `protected`
 # GUARD_FILTER_*: the bitmap the BPF side checks before each hash lookup
 FILTER_BITS, FILTER_MULT = 20, 0x9E3779B97F4A7C15
 FILTER_WORDS = 1 << (FILTER_BITS - 6)
+READ_MARK = 0xFFFFFFFFFFFFFFFF  # GUARD_READ_MARK: (dev, READ_MARK) marks a device with read rules
+READ_BITS = OPERATIONS["read"] | OPERATIONS["read"] << SELF_SHIFT
 
 DEFAULT_MASK = sum(OPERATIONS[op] for op in ("write", "unlink", "rename", "link", "setattr"))
 EXIT_DENIED = 4  # not enough privilege (the CLI's convention)
@@ -339,11 +342,13 @@ def filter_bit(key: tuple[int, int]) -> int:
     return h >> (64 - FILTER_BITS)
 
 
-def filter_words(keys) -> dict[int, int]:
-    """The filter's non-zero words for a set of protected keys, plus (dev, 0) for each of
-    their devices (files elsewhere skip the walk: see dentry_ops() in guard.bpf.c)."""
-    keys = set(keys)
-    keys |= {(dev, 0) for dev, _ in keys}
+def filter_words(protected: dict) -> dict[int, int]:
+    """The filter's non-zero words for the protected {key: mask}: each key, (dev, 0) for each
+    of their devices (files elsewhere skip the walk: see dentry_ops() in guard.bpf.c), and
+    (dev, READ_MARK) for each device with an object whose reads are denied (reads_guarded())."""
+    keys = set(protected)
+    keys |= {(dev, 0) for dev, _ in protected}
+    keys |= {(dev, READ_MARK) for (dev, _), mask in protected.items() if mask & READ_BITS}
     words: dict[int, int] = {}
     for key in keys:
         bit = filter_bit(key)
@@ -403,7 +408,7 @@ def apply(res: Resolution, maps: dict[str, FdMap]) -> list[str]:
     # trust first, protection last: a reload never denies a newly trusted program
     swap(maps["trusted"], res.trusted)
     swap(maps["protected_exe"], res.exe)
-    old = filter_words(KEY.unpack(raw) for raw in maps["protected"].keys())
+    old = filter_words({KEY.unpack(k): VALUE.unpack(v)[0] for k, v in maps["protected"].items()})
     new = filter_words(res.protected)
     union = {i: old.get(i, 0) | new.get(i, 0) for i in set(old) | set(new)}
     _write_words(maps["filter"], union, old)
@@ -490,16 +495,9 @@ def reload(policy_path: str) -> list[str]:
         text, sig = read_policy(policy_path)
         policy = parse_guard_policy(text, policy_path)
         res = install(policy, policy_path, sig)
-    log_event({"event": "policy-reload", "policy": os.path.abspath(policy_path), "result": "applied",
-               "by": "guard reload", "warnings": res.warnings})
+    logfile.append(LOG_FILE, logfile.reload_record(os.path.abspath(policy_path), "applied", "guard reload",
+                                                   warnings=res.warnings))
     return res.warnings
-
-
-def log_event(record: dict) -> None:
-    """A line in the guard log that is not a violation (reloads)."""
-    record = {"time": round(time.time(), 6), **record}
-    with contextlib.suppress(OSError), open(LOG_FILE, "a") as f:
-        f.write(json.dumps(record) + "\n")
 
 
 # --- state ------------------------------------------------------------------------------

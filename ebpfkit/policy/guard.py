@@ -10,6 +10,9 @@
         inherit: true        # children (fork/exec) are trusted too
     processes:
       - /usr/sbin/sshd       # cannot be killed, ptraced, or have /proc/PID/mem written
+    log:                     # the agent's own log, rotated by size (default: the
+      size: 10M              # --log-size and --log-backup given to `guard start`)
+      backups: 3
 """
 
 from __future__ import annotations
@@ -17,15 +20,17 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+import click
 import yaml
 
+from ..output.sizes import parse_size
 from .loader import PolicyError, load_yaml, node_line
 
 # bit per operation; the same values are in programs/guard.h
 OPERATIONS = {"write": 1, "unlink": 2, "rename": 4, "link": 8, "setattr": 16, "read": 32, "exec": 64}
 DEFAULT_DENY = ("write", "unlink", "rename", "link", "setattr")
 MODES = ("enforce", "audit")
-TOP_KEYS = ("mode", "protect", "trust", "processes")
+TOP_KEYS = ("mode", "protect", "trust", "processes", "log")
 
 
 @dataclass(frozen=True)
@@ -58,13 +63,16 @@ class GuardPolicy:
     protect: list[ProtectRule] = field(default_factory=list)
     trust: list[TrustRule] = field(default_factory=list)
     processes: list[ProcessRule] = field(default_factory=list)
+    log_size: int | None = None      # bytes before the agent's log is rotated (None: its option)
+    log_backups: int | None = None   # rotated files kept
     source: str = "<policy>"
 
     def to_dict(self) -> dict:
         return {"mode": self.mode,
                 "protect": [{"path": r.path, "deny": list(r.deny)} for r in self.protect],
                 "trust": [{"path": r.path, "inherit": r.inherit} for r in self.trust],
-                "processes": [r.path for r in self.processes]}
+                "processes": [r.path for r in self.processes],
+                "log": {"size": self.log_size, "backups": self.log_backups}}
 
 
 class _Parser:
@@ -107,6 +115,18 @@ class _Parser:
                 raise self.error(key, f"duplicate key {name!r} in {what}")
             items[name] = (key, value)
         return items
+
+    def size(self, node, what: str) -> int:
+        try:
+            return parse_size(self.scalar(node, what))
+        except click.BadParameter as exc:
+            raise self.error(node, f"{what}: {exc.message}") from None
+
+    def count(self, node, what: str) -> int:
+        value = self.scalar(node, what)
+        if not value.isdigit():
+            raise self.error(node, f"{what} must be a whole number (0 or more), got {value!r}")
+        return int(value)
 
     def sequence(self, node, what: str) -> list:
         if isinstance(node, yaml.ScalarNode) and node.tag.endswith(":null"):
@@ -157,6 +177,12 @@ class _Parser:
         for item in self.sequence(top["processes"][1], "processes") if "processes" in top else []:
             path, _ = self.entry(item, "processes", ("path",))
             policy.processes.append(ProcessRule(path, node_line(item)))
+        if "log" in top:
+            fields = self.mapping(top["log"][1], "log", ("size", "backups"))
+            if "size" in fields:
+                policy.log_size = self.size(fields["size"][1], "log size")
+            if "backups" in fields:
+                policy.log_backups = self.count(fields["backups"][1], "log backups")
         if not policy.protect and not policy.processes:
             raise self.error(root, "the policy protects nothing: add 'protect:' or 'processes:' entries")
         return policy

@@ -24,10 +24,13 @@
 
 #define EPERM 1
 #define MAY_WRITE 0x2
+#define MAY_READ 0x4
 #define FMODE_WRITE 0x2
 #define O_TRUNC 01000
 #define MAP_SHARED 0x01
 #define PROT_WRITE 0x2
+#define PROT_EXEC 0x4
+#define VM_SHARED 0x8
 #define ATTR_MODE 1
 #define ATTR_UID 2
 #define ATTR_GID 4
@@ -281,6 +284,7 @@ static __always_inline int report(__u32 hook, __u32 op, struct guard_key *key, c
 	return ret;
 }
 
+/* deny (and log) the operations of `op` that the dentry's protection denies */
 static __always_inline int check(__u32 hook, __u32 op, struct dentry *dentry)
 {
 	struct guard_key key = {};
@@ -288,10 +292,30 @@ static __always_inline int check(__u32 hook, __u32 op, struct dentry *dentry)
 
 	if (!dentry)
 		return 0;
-	ops = dentry_ops(dentry, &key);
-	if (!(ops & op) || current_trusted())
+	ops = dentry_ops(dentry, &key) & op;
+	if (!ops || current_trusted())
 		return 0;
-	return report(hook, op, &key, dentry->d_name.name, 0, 0, 0, 0);
+	return report(hook, ops, &key, dentry->d_name.name, 0, 0, 0, 0);
+}
+
+/* false: no object on this dentry's filesystem has its reads denied (one filter lookup) */
+static __always_inline bool reads_guarded(struct dentry *dentry)
+{
+	struct guard_key mark = { .dev = dentry->d_sb->s_dev, .ino = GUARD_READ_MARK };
+
+	return filter_hit(&mark);
+}
+
+/* the running executable: mapped by the kernel at exec, after bprm_check_security allowed it */
+static __always_inline bool own_executable(struct file *file)
+{
+	struct mm_struct *mm = bpf_get_current_task_btf()->mm;
+	struct file *exe;
+
+	if (!mm)
+		return false;
+	exe = mm->exe_file;
+	return exe && exe->f_inode == file->f_inode;
 }
 
 SEC("lsm/file_open")
@@ -306,13 +330,23 @@ int BPF_PROG(guard_file_open, struct file *file, int ret)
 	return check(GUARD_HOOK_FILE_OPEN, op, file->f_path.dentry);
 }
 
-/* writes through an fd opened before the guard started, and io_uring writes */
+/* reads and writes through an fd opened before the guard started (or passed by a trusted
+ * process), and io_uring's. Reads are checked only on filesystems with read rules. */
 SEC("lsm/file_permission")
 int BPF_PROG(guard_file_permission, struct file *file, int mask, int ret)
 {
-	if (ret || !(mask & MAY_WRITE))
+	struct dentry *dentry = file->f_path.dentry;
+	__u32 op;
+
+	if (ret)
 		return ret;
-	return check(GUARD_HOOK_FILE_PERMISSION, GUARD_OP_WRITE, file->f_path.dentry);
+	if (mask & MAY_WRITE)
+		op = GUARD_OP_WRITE;
+	else if ((mask & MAY_READ) && reads_guarded(dentry))
+		op = GUARD_OP_READ;
+	else
+		return 0;
+	return check(GUARD_HOOK_FILE_PERMISSION, op, dentry);
 }
 
 SEC("lsm/inode_unlink")
@@ -354,14 +388,11 @@ int BPF_PROG(guard_inode_link, struct dentry *old_dentry, struct inode *dir,
 	return check(GUARD_HOOK_INODE_LINK, GUARD_OP_LINK, old_dentry);
 }
 
-SEC("lsm/inode_setattr")
-int BPF_PROG(guard_inode_setattr, struct dentry *dentry, struct iattr *attr, int ret)
+static __always_inline int setattr_check(struct dentry *dentry, struct iattr *attr)
 {
 	unsigned int valid = attr->ia_valid;
 	__u32 op = 0;
 
-	if (ret)
-		return ret;
 	if (valid & (ATTR_MODE | ATTR_UID | ATTR_GID))
 		op |= GUARD_OP_SETATTR;
 	if (valid & ATTR_SIZE)
@@ -369,6 +400,20 @@ int BPF_PROG(guard_inode_setattr, struct dentry *dentry, struct iattr *attr, int
 	if (!op)
 		return 0;
 	return check(GUARD_HOOK_INODE_SETATTR, op, dentry);
+}
+
+/* The hook's arguments changed in 6.12 (the mount's idmap first): user space loads the
+ * program whose arguments match this kernel's (agent.load()) */
+SEC("lsm/inode_setattr")
+int BPF_PROG(guard_inode_setattr, struct dentry *dentry, struct iattr *attr, int ret)
+{
+	return ret ? ret : setattr_check(dentry, attr);
+}
+
+SEC("lsm/inode_setattr")
+int BPF_PROG(guard_inode_setattr_idmap, void *idmap, struct dentry *dentry, struct iattr *attr, int ret)
+{
+	return ret ? ret : setattr_check(dentry, attr);
 }
 
 SEC("lsm/path_truncate")
@@ -383,11 +428,46 @@ SEC("lsm/mmap_file")
 int BPF_PROG(guard_mmap_file, struct file *file, unsigned long reqprot, unsigned long prot,
 	     unsigned long flags, int ret)
 {
+	__u32 op = 0;
+
 	if (ret || !file)
 		return ret;
-	if (!((prot & PROT_WRITE) && (flags & MAP_SHARED)))
+	if ((prot & PROT_WRITE) && (flags & MAP_SHARED))
+		op |= GUARD_OP_WRITE;
+	/* exec without execve: `ld.so FILE`, dlopen() */
+	if ((prot & PROT_EXEC) && !own_executable(file))
+		op |= GUARD_OP_EXEC;
+	if (!op)
 		return 0;
-	return check(GUARD_HOOK_MMAP_FILE, GUARD_OP_WRITE, file->f_path.dentry);
+	return check(GUARD_HOOK_MMAP_FILE, op, file->f_path.dentry);
+}
+
+/* a mapping made executable, or shared-writable, after mmap_file allowed it */
+SEC("lsm/file_mprotect")
+int BPF_PROG(guard_file_mprotect, struct vm_area_struct *vma, unsigned long reqprot,
+	     unsigned long prot, int ret)
+{
+	struct file *file = vma->vm_file;
+	__u32 op = 0;
+
+	if (ret || !file)
+		return ret;
+	if ((prot & PROT_WRITE) && (vma->vm_flags & VM_SHARED))
+		op |= GUARD_OP_WRITE;
+	if ((prot & PROT_EXEC) && !own_executable(file))
+		op |= GUARD_OP_EXEC;
+	if (!op)
+		return 0;
+	return check(GUARD_HOOK_FILE_MPROTECT, op, file->f_path.dentry);
+}
+
+/* execve of a protected file (each binfmt round: a script, then its interpreter) */
+SEC("lsm/bprm_check_security")
+int BPF_PROG(guard_bprm_check_security, struct linux_binprm *bprm, int ret)
+{
+	if (ret)
+		return ret;
+	return check(GUARD_HOOK_BPRM_CHECK, GUARD_OP_EXEC, bprm->file->f_path.dentry);
 }
 
 /* exec: trust follows the new executable, or the parent's inherited trust. Task storage is

@@ -25,6 +25,10 @@
 #define GUARD_FILTER_WORDS (1 << (GUARD_FILTER_BITS - 6))
 #define GUARD_FILTER_MULT 0x9E3779B97F4A7C15ULL
 
+/* (dev, GUARD_READ_MARK) is in the filter for every device holding an object whose reads are
+ * denied: read() on other devices skips the check with one array lookup */
+#define GUARD_READ_MARK 0xffffffffffffffffULL
+
 /* generation map indexes (see verdicts in guard.bpf.c) */
 #define GUARD_GEN_POLICY 0
 #define GUARD_GEN_RENAME 1
@@ -49,6 +53,8 @@ enum guard_hook {
 	GUARD_HOOK_BPF_MAP,
 	GUARD_HOOK_BPF_PROG,
 	GUARD_HOOK_SB_UMOUNT,
+	GUARD_HOOK_BPRM_CHECK,
+	GUARD_HOOK_FILE_MPROTECT,
 };
 
 /* an object is (device, inode): paths can be renamed, linked and bind-mounted */

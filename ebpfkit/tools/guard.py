@@ -12,7 +12,7 @@ import time
 import click
 
 from ..errors import EbpfkitError, NotSupportedError
-from ..output import Output, tool_options
+from ..output import Column, Output, tool_options
 
 EXAMPLES = """\b
 Examples:
@@ -20,7 +20,8 @@ Examples:
   ebpfkit guard start policy.yaml       load, pin, start the logging agent; returns
   ebpfkit guard start --audit policy.yaml   allow everything, log what would be denied
   ebpfkit guard status                  mode, policy, agent, denied/lost counters
-  ebpfkit guard log -f                  violations as JSON lines
+  ebpfkit guard log -f                  violations and reloads as they come
+  ebpfkit --format json guard log      the log's records as JSON lines
   ebpfkit guard reload policy.yaml      swap the maps, never unprotected in between
   ebpfkit guard stop                    detach and unpin everything
 
@@ -98,7 +99,8 @@ def start(policy, audit, timeout):
                            hint="`ebpfkit guard reload POLICY` to change the policy, "
                                 "`ebpfkit guard stop` to remove it")
     read_fd, write_fd = os.pipe()
-    cmd = [sys.executable, "-m", "ebpfkit.guard.agent", os.path.abspath(policy), "--ready-fd", str(write_fd)]
+    cmd = [sys.executable, "-m", "ebpfkit.guard.agent", os.path.abspath(policy), "--ready-fd", str(write_fd),
+           "--log-size", str(out.settings.log_size), "--log-backup", str(out.settings.log_backup)]
     if audit:
         cmd.append("--audit")
     os.makedirs(core.STATE_DIR, exist_ok=True)
@@ -189,30 +191,23 @@ def status():
         _say("%-22s %s", key + ":", ", ".join(value) if isinstance(value, list) else value)
 
 
+LOG_COLUMNS = (Column("TIME", key="time", format=lambda t: time.strftime("%H:%M:%S", time.localtime(t))),
+               Column("EVENT", key="event", align="left"), Column("VERDICT", key="verdict", align="left"),
+               Column("OPERATION", key="operation", align="left"), Column("HOOK", key="hook", align="left"),
+               Column("PID", key="pid"), Column("COMM", key="comm", align="left"),
+               Column("OBJECT", key="object", align="left"))
+
+
 @guard.command(epilog=EXAMPLES)
-@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines.")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new records.")
+@tool_options
 def log(follow):
-    """Print the violations log (JSON lines: time, hook, pid, comm, exe, object, operation, verdict)."""
-    from ..guard import core
+    """Print the guard's log, oldest first (its rotated files too): violations (time, hook,
+    pid, comm, exe, object, operation, verdict) and policy reloads. --format json prints
+    each record as the agent wrote it."""
+    from ..guard import core, logfile
 
-    try:
-        f = open(core.LOG_FILE)
-    except FileNotFoundError:
-        if not follow:
-            return
-        while not os.path.exists(core.LOG_FILE):
-            time.sleep(0.5)
-        f = open(core.LOG_FILE)
-    with f:
-        while True:
-            line = f.readline()
-            if line:
-                sys.stdout.write(line)
-                sys.stdout.flush()
-            elif follow:
-                time.sleep(0.2)
-            else:
-                return
-
-
-
+    out = Output.from_context()
+    out.event_columns(*LOG_COLUMNS)
+    for record in logfile.records(core.LOG_FILE, follow=follow):
+        out.event(record)

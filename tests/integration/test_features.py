@@ -286,3 +286,11 @@ def test_type_walk_says_whether_the_c_module_was_built(monkeypatch):
         assert "python3-dev" in str(exc.value.hint)
     finally:
         F.clear_cache()
+
+
+def test_kernel_function_arity():
+    # vfs_read(file, buf, count, pos) and vfs_write(file, buf, count, pos): unchanged for years
+    assert F.kernel_function_arity("vfs_read") == 4 == F.kernel_function_arity("vfs_write")
+    assert F.kernel_function_arity("ebpfkit_no_such_function") is None
+    # the BPF-LSM target of inode_setattr: (dentry, attr), and the mount's idmap first from 6.12
+    assert F.kernel_function_arity("bpf_lsm_inode_setattr") in (2, 3)

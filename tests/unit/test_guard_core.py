@@ -7,7 +7,7 @@ from pathlib import Path
 
 
 from ebpfkit.cli import cli
-from ebpfkit.guard import agent, core
+from ebpfkit.guard import agent, core, logfile
 from ebpfkit.guard.core import MountTable
 from ebpfkit.output.errors import invoke_cli
 from ebpfkit.policy import parse_guard_policy
@@ -120,13 +120,20 @@ def test_layer_paths(tmp_path):
 
 def test_filter_words_cover_every_key():
     keys = [(63 + i % 3, 1000 + 7 * i) for i in range(3000)]
-    words = core.filter_words(keys)
-    for key in keys + [(63, 0), (64, 0), (65, 0)]:  # and each device's (dev, 0)
+    read = core.OPERATIONS["read"]
+    words = core.filter_words({key: 1 if key[0] != 65 else read for key in keys})
+    # and each device's (dev, 0); (dev, READ_MARK) for device 65, whose objects deny reads
+    for key in keys + [(63, 0), (64, 0), (65, 0), (65, core.READ_MARK)]:
         bit = core.filter_bit(key)
         assert 0 <= bit < core.FILTER_WORDS * 64
         assert words[bit >> 6] >> (bit & 63) & 1
     # spread: 3000 keys touch many words (a constant hash would give one)
     assert len(words) > 2000
+    # no read mark where no object's reads are denied (unless another key has its bit)
+    others = {core.filter_bit(k) for k in keys + [(63, 0), (64, 0), (65, 0), (65, core.READ_MARK)]}
+    for dev in (63, 64):
+        bit = core.filter_bit((dev, core.READ_MARK))
+        assert bit in others or not words.get(bit >> 6, 0) >> (bit & 63) & 1
     # the C expression, checked on one value: (ino ^ dev << 32) * MULT >> (64 - BITS)
     assert core.filter_bit((1, 2)) == (((2 ^ (1 << 32)) * core.FILTER_MULT) % 2**64) >> 44
 
@@ -147,34 +154,77 @@ def test_event_layout_matches_header():
 
 
 def test_logger_writes_json_lines(tmp_path):
-    lines = []
-
-    class Sink:
-        def write(self, s):
-            lines.append(s)
-
-        def flush(self):
-            pass
-
+    path = str(tmp_path / "guard.log")
     labels = {(1, 2): "/etc/secret", (1, 3): {"object": "/etc/secret", "matched": "/etc"}}
-    log = agent.Logger(Sink(), labels, 1000.0, {("link", 7): "link_guard_file_open"})
+    log = agent.Logger(logfile.RotatingLog(path, 1 << 20, 1), labels, 1000.0,
+                       {("link", 7): "link_guard_file_open"})
+
+    def lines():
+        return list(logfile.records(path))
     log(agent.EVENT.pack(5_000_000_000, 1, 2, os.getpid(), 0, 1, 1, -1, 0, 0, 0, b"sh", b"secret"))
-    record = json.loads(lines[0])
+    record = lines()[0]
+    assert record["event"] == "violation"
     assert record["hook"] == "file_open" and record["operation"] == "write"
     assert record["verdict"] == "denied" and record["object"] == "/etc/secret"
     assert record["comm"] == "sh" and record["time"] == 1005.0
     assert record["exe"] == os.readlink("/proc/self/exe") and "matched" not in record
     # an ancestor's match names the protected object, and the directory that matched
     log(agent.EVENT.pack(0, 1, 3, 1, 0, 4, 4, -1, 0, 0, 0, b"mv", b"etc"))
-    record = json.loads(lines[1])
+    record = lines()[1]
     assert record["object"] == "/etc/secret" and record["matched"] == "/etc" and record["name"] == "etc"
     log(agent.EVENT.pack(0, 0, 0, 1, 0, 11, 512, -1, 0, 34, 7, b"bpftool", b""))
-    record = json.loads(lines[2])
+    record = lines()[2]
     assert record["hook"] == "bpf" and record["operation"] == "bpf"
     assert record["bpf_cmd"] == "BPF_LINK_DETACH" and record["link"] == "link_guard_file_open"
     log(agent.EVENT.pack(0, 0, 0, 1, 0, 12, 512, -1, 0, 0, 9, b"bpftool", b"protected"))
-    record = json.loads(lines[3])
+    record = lines()[3]
     assert record["map"] == "protected" and record["map_id"] == 9 and "object" not in record
+
+
+def test_log_rotates_by_size_and_reads_back_in_order(tmp_path):
+    path = str(tmp_path / "guard.log")
+    log = logfile.RotatingLog(path, 1000, 2)
+    for i in range(60):  # ~40 bytes a line: about 25 per file
+        log.write({"n": i, "pad": "x" * 20})
+    files = sorted(os.listdir(tmp_path))
+    assert files == ["guard.log", "guard.log.1", "guard.log.2"]
+    assert all(os.path.getsize(tmp_path / f) <= 1000 for f in files)
+    kept = [r["n"] for r in logfile.records(path)]
+    assert kept == list(range(60 - len(kept), 60)) and len(kept) > 40  # the newest, in order
+    log.resize(1000, 3)  # a reloaded policy may keep more
+    for i in range(60, 120):
+        log.write({"n": i, "pad": "x" * 20})
+    assert os.path.exists(path + ".3") and not os.path.exists(path + ".4")
+    log.close()
+
+
+def test_log_follow_crosses_a_rotation(tmp_path):
+    import threading
+
+    path = str(tmp_path / "guard.log")
+    log = logfile.RotatingLog(path, 400, 6)  # ~40 lines a file: 2 rotations, all kept
+    log.write({"n": 0})
+    seen = []
+    follower = logfile.records(path, follow=True)
+
+    def follow():
+        for record in follower:
+            seen.append(record["n"])
+            if record["n"] == 99:
+                return
+    thread = threading.Thread(target=follow, daemon=True)
+    thread.start()
+    for i in range(1, 100):  # rotates several times while followed
+        log.write({"n": i})
+    thread.join(10)
+    log.close()
+    assert seen == list(range(100))
+
+
+def test_policy_log_limits():
+    policy = parse_guard_policy("protect: [/etc]\nlog: {size: 64K, backups: 5}\n")
+    assert agent.log_limits(policy, (10, 1)) == (65536, 5)
+    assert agent.log_limits(parse_guard_policy("protect: [/etc]\n"), (10, 1)) == (10, 1)
 
 
 def test_watcher_reloads_and_keeps_the_old_policy_on_errors(monkeypatch, tmp_path):
@@ -201,31 +251,26 @@ def test_watcher_reloads_and_keeps_the_old_policy_on_errors(monkeypatch, tmp_pat
     monkeypatch.setattr(core, "install", install)
     _, sig = core.read_policy(str(policy))
     core.write_state({"mode": "enforce", "policy": str(policy), "applied": sig})
-    lines = []
-
-    class Sink:
-        def write(self, s):
-            lines.append(json.loads(s))
-
-        def flush(self):
-            pass
-
-    watcher = agent.Watcher({}, agent.Logger(Sink(), {}, 0.0))
+    log = logfile.RotatingLog(core.LOG_FILE, 1 << 20, 1)
+    watcher = agent.Watcher({}, agent.Logger(log, {}, 0.0), (1 << 20, 1))
     watcher.check()
-    assert installed == [] and lines == []           # unchanged
+    assert list(logfile.records(core.LOG_FILE)) == []     # unchanged
     policy.write_text(f"protect: [{tmp_path / 'x'}]\n")
     watcher.check()
+    lines = list(logfile.records(core.LOG_FILE))
     assert installed == [str(tmp_path / "x")]
-    assert lines[-1]["event"] == "policy-reload" and lines[-1]["result"] == "applied"
+    assert lines[-1]["object"] == str(policy) and lines[-1]["event"] == "policy-reload" and lines[-1]["verdict"] == "applied"
     policy.write_text("protect: [relative]\n")
     watcher.check()
     watcher.check()
+    lines = list(logfile.records(core.LOG_FILE))
     assert installed == [str(tmp_path / "x")]        # the good one stays
-    assert [line["result"] for line in lines] == ["applied", "rejected"]   # logged once
+    assert [line["verdict"] for line in lines] == ["applied", "rejected"]   # logged once
     assert "absolute path" in lines[-1]["error"] and "stays" in lines[-1]["error"]
     policy.unlink()
     watcher.check()
-    assert lines[-1]["result"] == "rejected" and "cannot read" in lines[-1]["error"]
+    lines = list(logfile.records(core.LOG_FILE))
+    assert lines[-1]["verdict"] == "rejected" and "cannot read" in lines[-1]["error"]
 
 
 def check(path, capsys) -> tuple[int, str]:

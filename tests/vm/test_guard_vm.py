@@ -33,7 +33,9 @@ pytestmark = pytest.mark.vm(lsm=True, timeout=2700)
 
 PIN_DIR = "/sys/fs/bpf/ebpfkit/guard"
 BPFTOOL = shutil.which("bpftool") or "/usr/sbin/bpftool"
-N_LINKS = 18  # one per program of guard.bpf.c (17 lsm/..., fexit/vfs_rename)
+N_LINKS = 20  # one per program of guard.bpf.c (19 lsm/..., fexit/vfs_rename)
+OPS_SCRIPT = Path(__file__).with_name("guard_ops.py")
+LD_SO = "/lib64/ld-linux-x86-64.so.2"
 
 
 @dataclass
@@ -71,7 +73,7 @@ class Guard:
         """Policy-reload lines, once one after the first ``after`` has ``result`` (an edit in
         place may first be seen half-written: logged as rejected, then applied)."""
         def done(lines):
-            return any(line["result"] == result and text in line.get("error", "") for line in lines[after:])
+            return any(line["verdict"] == result and text in line.get("error", "") for line in lines[after:])
 
         deadline = time.monotonic() + timeout
         while True:
@@ -282,6 +284,135 @@ class Uring:
         for m in (self.sq, self.cq, self.sqes):
             m.close()
         os.close(self.fd)
+
+
+def _libc_map(fd: int, prot: int, flags: int):
+    """mmap() of one page of ``fd`` through libc, and libc's mprotect (Python's mmap has none)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_long]
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    addr = libc.mmap(None, mmap.PAGESIZE, prot, flags, fd, 0)
+    assert addr not in (None, ctypes.c_void_p(-1).value), os.strerror(ctypes.get_errno())
+
+    def mprotect(new_prot: int) -> int:
+        return 0 if libc.mprotect(addr, mmap.PAGESIZE, new_prot) == 0 else ctypes.get_errno()
+    return mprotect
+
+
+def test_every_policy_operation_denied_untrusted_allowed_trusted(tmp_path, fs):
+    """Each operation the policy parser accepts, on a file of its own protected with `deny:
+    [that op]`: the untrusted test process is denied (EPERM, one log line naming the op, the
+    object and the pid), the file is untouched, and a trusted subject then does it."""
+    import guard_ops
+    from ebpfkit.policy.guard import OPERATIONS
+
+    assert set(guard_ops.ATTEMPTS) == set(OPERATIONS)
+    targets = {}
+    for op in OPERATIONS:
+        (fs / op).mkdir()
+        targets[op] = fs / op / "target"
+        if op == "exec":
+            shutil.copy("/bin/true", targets[op])
+        else:
+            targets[op].write_bytes(b"x" * mmap.PAGESIZE)
+    lib = fs / "exec-dir"  # a directory whose files may not be executed or mapped executable
+    lib.mkdir()
+    shutil.copy("/bin/true", lib / "true")
+
+    def states():
+        return {op: (st.st_ino, st.st_size, st.st_mode, st.st_mtime_ns, st.st_nlink)
+                for op, st in ((op, path.stat()) for op, path in targets.items())}
+    before = states()
+    policy = "protect:\n" + "".join(f"  - path: {path}\n    deny: [{op}]\n" for op, path in targets.items())
+    policy += f"  - path: {lib}\n    deny: [exec]\n"
+    # fds opened before the guard: reading and writing through them are checked too
+    early_read = os.open(targets["read"], os.O_RDONLY)
+    early_write = os.open(targets["write"], os.O_RDWR)
+    try:
+        with guard(tmp_path, policy) as g:
+            for op, path in targets.items():
+                with pytest.raises(PermissionError) as exc:
+                    guard_ops.attempt(op, path)
+                assert exc.value.errno == errno.EPERM, op
+            lines = g.lines(len(OPERATIONS), where=violations)
+            for op, path in targets.items():
+                mine = [line for line in lines if line["operation"] == op and line["object"] == str(path)]
+                assert mine, (op, lines)
+                assert all(line["verdict"] == "denied" for line in mine)
+                # exec is attempted by a forked child: its pid is the one logged
+                assert all((line["pid"] == os.getpid()) == (op != "exec") for line in mine), mine
+            exec_line = next(line for line in lines if line["operation"] == "exec")
+            assert exec_line["hook"] == "bprm_check_security"
+            assert states() == before
+
+            # the ways around each check: an fd opened earlier, ld.so, mprotect
+            denied(os.read, early_read, 1)
+            write_protect = _libc_map(early_write, mmap.PROT_READ, mmap.MAP_SHARED)
+            assert write_protect(mmap.PROT_READ | mmap.PROT_WRITE) == errno.EPERM
+            with open(targets["exec"], "rb") as f:  # reading it is allowed; mapping it executable is not
+                exec_protect = _libc_map(f.fileno(), mmap.PROT_READ, mmap.MAP_PRIVATE)
+            assert exec_protect(mmap.PROT_READ | mmap.PROT_EXEC) == errno.EPERM
+            for binary in (targets["exec"], lib / "true"):
+                via_ld = subprocess.run([LD_SO, str(binary)], capture_output=True, text=True)
+                assert via_ld.returncode != 0, via_ld
+                with pytest.raises(PermissionError):
+                    guard_ops.attempt("exec", binary)
+            hooks = {(line["hook"], line["operation"]) for line in
+                     g.lines(len(lines) + 6, where=violations)[len(lines):]}
+            assert {("file_permission", "read"), ("file_mprotect", "write"), ("file_mprotect", "exec"),
+                    ("mmap_file", "exec"), ("bprm_check_security", "exec")} <= hooks, hooks
+
+            # a trusted subject (the admin shell's child) does every one of them
+            args = " ".join(f"{op} {path}" for op, path in targets.items())
+            done = g.as_admin(f"exec {sys.executable} {OPS_SCRIPT} {args}")
+            assert json.loads(done.stdout) == {op: "ok" for op in OPERATIONS}
+            assert g.as_admin(f"{LD_SO} {lib / 'true'} && {lib / 'true'}").returncode == 0
+            assert targets["write"].read_bytes().startswith(b"changed")
+            assert not targets["unlink"].exists()
+            assert not targets["rename"].exists() and Path(f"{targets['rename']}.moved").exists()
+            assert targets["link"].stat().st_nlink == 2
+            assert targets["setattr"].stat().st_mode & 0o777 == 0o600
+    finally:
+        os.close(early_read)
+        os.close(early_write)
+
+
+def test_log_rotates_and_guard_log_prints_it_in_every_format(tmp_path, fs):
+    """The agent rotates its own log at the policy's size, keeping its backups; `guard log`
+    reads them back oldest first, the same records as JSON, CSV and a table; an untrusted
+    subject cannot touch the rotated files."""
+    import csv
+    import io
+
+    d = fs / "secrets"
+    d.mkdir()
+    n = 60
+    for i in range(n):
+        (d / f"f{i}").write_text("s")
+    with guard(tmp_path, f"protect: [{d}]\nlog: {{size: 4K, backups: 2}}\n") as g:
+        for i in range(n):  # ~300 bytes a line: ~14 to a file, so the oldest are rotated away
+            denied(os.open, d / f"f{i}", os.O_WRONLY)
+        assert g.lines(where=lambda line: line.get("name") == f"f{n - 1}")
+        files = sorted(p.name for p in g.state.iterdir() if p.name.startswith("guard.log"))
+        assert files == ["guard.log", "guard.log.1", "guard.log.2"]
+        assert all((g.state / name).stat().st_size <= 4096 for name in files)
+
+        records = [json.loads(line) for line in g.cli("log", "--format", "json").stdout.splitlines()]
+        names = [r["name"] for r in records]
+        first = int(names[0][1:])
+        assert 0 < first < n - 20 and names == [f"f{i}" for i in range(first, n)]  # no gap, in order
+        assert {(r["event"], r["verdict"], r["operation"], r["pid"]) for r in records} == \
+            {("violation", "denied", "write", os.getpid())}
+        rows = list(csv.DictReader(io.StringIO(g.cli("log", "--format", "csv").stdout)))
+        assert [(r["event"], r["verdict"], r["object"]) for r in rows] == \
+            [("violation", "denied", str(d))] * len(records)
+        table = g.cli("log").stdout.splitlines()
+        assert table[0].split()[:4] == ["TIME", "EVENT", "VERDICT", "OPERATION"]
+        assert len(table) == 1 + len(records) and all(str(d) in line for line in table[1:])
+        denied(os.truncate, g.state / "guard.log.1", 0)
+        denied(os.unlink, g.state / "guard.log.2")
 
 
 def test_io_uring_writes_denied(tmp_path, fs):
