@@ -194,9 +194,9 @@ class Output:
         value = dict(value)
         tables = [tables] if isinstance(tables, ResultTable) else list(tables)
         if self.format == "json" or not tables:
+            self.log_event(value)
             if self.format == "json":
                 self._write_line(to_json(value))
-            self.log_event(value)
             return
         self._result(tables[0] if len(tables) == 1 else tables, document=value)
 
@@ -217,14 +217,14 @@ class Output:
         when = now()
         if document is None and (self.format == "json" or event_log_enabled()):
             document = self._json_result(result, when)
+        if document is not None:
+            self.log_event(document)  # first: kept even if printing fails (a closed pipe)
         if self.format == "json":
             self._write_line(to_json(document))
         elif self.format == "csv":
             self._csv_result(result, when)
         else:
             self._table_result(result, when)
-        if document is not None:
-            self.log_event(document)
 
     def _json_result(self, result, when) -> dict:
         data = {"time": iso_time(when)}

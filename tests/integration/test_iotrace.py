@@ -5,8 +5,6 @@ with SIGINT as a user's Ctrl-C would."""
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import mmap
 import os
@@ -19,6 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from ebpfkit.cli import cli
+from outputs import csv_tables, logged
 
 pytestmark = [
     pytest.mark.integration,
@@ -81,18 +80,6 @@ def report_json(path, *args: str) -> dict:
     return json.loads(result.output)
 
 
-def csv_tables(text: str) -> list[list[dict]]:
-    """CSV of several tables: each under its header line (the lines starting "time")."""
-    tables: list[list[dict]] = []
-    for row in csv.reader(io.StringIO(text)):
-        if row[0] == "time":
-            header = row
-            tables.append([])
-        else:
-            tables[-1].append(dict(zip(header, row)))
-    return tables
-
-
 def assert_my_writes(processes: list[dict]) -> None:
     """This process's row of the per-process view (from any output form): COUNT writes of
     SIZE bytes, each joined to its block request."""
@@ -128,8 +115,8 @@ def test_direct_writes_are_joined_per_request(ext4_loop, tmp_path):
     recorded = json.loads(rec.stdout)  # record's summary, in the format asked for
     assert recorded["file"] == str(record) and recorded["lost"] == 0
     assert recorded["syscalls"] >= COUNT and recorded["block_events"] >= 3 * COUNT  # queue, issue, complete (insert: not always)
-    (logged,) = [r for r in map(json.loads, log.read_text().splitlines()) if r.get("tool") == "iotrace.record"]
-    assert logged.pop("time") and logged == {"tool": "iotrace.record", **recorded}
+    (kept,) = logged(log, "iotrace.record")
+    assert kept.pop("time") and kept == recorded
 
     doc = report_json(record, "--top", "0")
     summary = doc["summary"]
@@ -162,8 +149,8 @@ def test_direct_writes_are_joined_per_request(ext4_loop, tmp_path):
     assert result.exit_code == 0, result.output
     (processes,) = [t for t in csv_tables(result.stdout) if t and "q2c_avg_us" in t[0]]
     assert_my_writes(processes)
-    (logged,) = [r for r in map(json.loads, log.read_text().splitlines()) if r.get("tool") == "iotrace.report"]
-    assert_my_writes(logged["processes"])
+    (kept,) = logged(log, "iotrace.report")
+    assert_my_writes(kept["processes"])
 
     table = CliRunner().invoke(cli, ["--no-color", "iotrace", "report", str(record)], catch_exceptions=False)
     assert table.exit_code == 0

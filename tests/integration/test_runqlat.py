@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from outputs import logged
+
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(os.geteuid() != 0, reason="loads BPF programs: needs root"),
@@ -174,16 +176,12 @@ def check_against_schedstat(histograms: dict[int, dict], truths: list[Truth]) ->
         assert least * 0.95 - 100 <= truth.waited_us <= most * 1.05 + 100, (buckets, truth)
 
 
-def tool_records(path) -> list[dict]:
-    return [r for r in map(json.loads, path.read_text().splitlines()) if r.get("tool") == "runqlat"]
-
-
 @pytest.mark.parametrize("fmt, parse", [("table", from_table), ("json", from_json), ("csv", from_csv)])
 def test_per_process_waits_match_the_kernels_account(tmp_path, fmt, parse):
     log = tmp_path / "runqlat.log"
     truths, stdout = traced("--format", fmt, "--log", str(log), "runqlat", "-P")
     check_against_schedstat(parse(stdout), truths)
-    (record,) = tool_records(log)  # the --log file keeps the same result, in every format
+    (record,) = logged(log, "runqlat")  # the --log file keeps the same result, in every format
     check_against_schedstat(from_dicts(record["histograms"]), truths)
 
 
@@ -208,9 +206,7 @@ def test_log_rotation_keeps_the_newest_results_whole(tmp_path, backups):
     assert len(printed) == intervals
     files = sorted(tmp_path.iterdir(), key=lambda p: int(p.suffix[1:]) if p.suffix != ".log" else 0,
                    reverse=True)  # oldest first
-    kept = [r for path in files for r in tool_records(path)]
-    for record in kept:
-        assert record.pop("tool") == "runqlat"
+    kept = [r for path in files for r in logged(path, "runqlat")]
     if backups >= intervals:
         assert len(files) > 2 and kept == printed
     else:
