@@ -32,3 +32,21 @@ def logged(path: Path, tool: str) -> list[dict]:
             del record["tool"]
             records.append(record)
     return records
+
+
+def table_sections(text: str, titles: list[str]) -> dict[str, list[list[str]]]:
+    """The rows of each table titled one of ``titles`` in table-format output, as lists of
+    cells (split at spaces; the header line under the title skipped)."""
+    sections: dict[str, list[list[str]]] = {}
+    rows = None
+    for line in text.splitlines():
+        if line.strip() in titles:
+            rows = sections.setdefault(line.strip(), [])
+            header = True
+        elif not line.strip():
+            rows = None
+        elif rows is not None:
+            if not header:
+                rows.append(line.split())
+            header = False
+    return sections
