@@ -28,8 +28,7 @@ pytestmark = [
 CPU = max(os.sched_getaffinity(0))
 SPIN_SECONDS = 0.3  # of CPU time, each
 
-# Pinned to CPU; on "go", burns SPIN_SECONDS of CPU time, says "done", waits for stdin to close
-# (so the test reads its schedstat while it still exists).
+# Pinned to CPU; on "go", burns SPIN_SECONDS of CPU time and exits.
 SPINNER = f"""
 import os, sys, time
 os.sched_setaffinity(0, {{{CPU}}})
@@ -37,8 +36,6 @@ sys.stdin.readline()
 end = time.process_time() + {SPIN_SECONDS}
 while time.process_time() < end:
     pass
-print("done", flush=True)
-sys.stdin.read()
 """
 
 
@@ -50,21 +47,20 @@ class Truth:
 
 
 def spin_two_on_one_cpu() -> list[Truth]:
-    """Run two SPINNERs together on CPU; what the kernel accounted for each."""
+    """Run two SPINNERs together on CPU; what the kernel accounted for each over its whole
+    life (read once it has exited and before it is reaped: a zombie keeps its schedstat)."""
     with ExitStack() as stack:
         procs = []
         for _ in range(2):
-            proc = subprocess.Popen([sys.executable, "-c", SPINNER], stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, text=True)
+            proc = subprocess.Popen([sys.executable, "-c", SPINNER], stdin=subprocess.PIPE, text=True)
             stack.callback(_reap, proc)
             procs.append(proc)
         for proc in procs:
             proc.stdin.write("go\n")
             proc.stdin.flush()
-        for proc in procs:
-            assert proc.stdout.readline().strip() == "done"
         truths = []
         for proc in procs:
+            os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
             with open(f"/proc/{proc.pid}/schedstat") as f:
                 _, run_delay_ns, pcount = map(int, f.read().split())
             truths.append(Truth(proc.pid, pcount, run_delay_ns / 1000))
@@ -73,11 +69,9 @@ def spin_two_on_one_cpu() -> list[Truth]:
 
 def _reap(proc):
     proc.stdin.close()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
+    if proc.poll() is None:
         proc.kill()
-        proc.wait()
+    assert proc.wait(timeout=10) in (0, -9)
 
 
 class Runqlat:
@@ -168,8 +162,10 @@ def check_against_schedstat(histograms: dict[int, dict], truths: list[Truth]) ->
         assert buckets, f"no histogram for pid {truth.pid}: {sorted(histograms)}"
         # they really waited for each other: each ran while the other was runnable
         assert truth.waited_us >= 0.5 * SPIN_SECONDS * 1e6, truth
-        # one wait per time it was switched in ...
-        assert abs(sum(buckets.values()) - truth.runs) <= 2, (buckets, truth)
+        # one wait per time it was switched in (but for a few: a task preempted between
+        # setting a sleeping state and schedule() still waits runnable, and runqlat, as
+        # BCC's, only sees its state) ...
+        assert abs(sum(buckets.values()) - truth.runs) <= max(2, truth.runs // 100), (buckets, truth)
         # ... and the waits, each in [low, high + 1) µs, add up to what the kernel accounted
         least = sum(low * n for (low, _), n in buckets.items())
         most = sum((high + 1) * n for (_, high), n in buckets.items())
