@@ -307,24 +307,31 @@ def child_cgroup(request):
 # --- a running `ebpfkit iofsstat`, shared by the host and the VM tests ---------------------
 
 class IofsstatRun:
-    """`ebpfkit -v --format json iofsstat ARGS INTERVAL` in a subprocess, ready once its
-    banner is out; each JSON line it prints is an interval. ``timeout`` bounds each wait
-    (long under emulation)."""
+    """`ebpfkit -v --format FMT [--log LOG] iofsstat ARGS INTERVAL` in a subprocess, ready once
+    its banner is out. Each interval is a JSON line on stdout in json format, else a JSON
+    line in LOG (where every format keeps it). ``timeout`` bounds each wait (long under
+    emulation)."""
 
-    def __init__(self, *args: str, interval: str = "0.3", timeout: float = 10.0):
+    def __init__(self, *args: str, interval: str = "0.3", timeout: float = 10.0, fmt: str = "json",
+                 log=None):
         import queue
         import sys
         import threading
 
-        self.timeout = timeout
+        if fmt != "json" and log is None:
+            raise ValueError("intervals printed as tables or CSV are counted in a --log file")
+        self.timeout, self.fmt, self.log = timeout, fmt, log
         env = dict(os.environ, NO_COLOR="1")
-        self.proc = subprocess.Popen([sys.executable, "-m", "ebpfkit", "-v", "--format", "json",
+        logging = ["--log", str(log)] if log else []
+        self.proc = subprocess.Popen([sys.executable, "-m", "ebpfkit", "-v", "--format", fmt, *logging,
                                       "iofsstat", *args, interval],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         self.lines: queue.Queue = queue.Queue()
+        self.stdout: list[str] = []
         self.stderr: list[str] = []
         self.intervals: list[dict] = []
-        threading.Thread(target=self._read_stdout, daemon=True).start()
+        self.reader = threading.Thread(target=self._read_stdout, daemon=True)
+        self.reader.start()
         for line in self.proc.stderr:  # started (and attached) once the banner is out
             self.stderr.append(line)
             if "Hit Ctrl-C" in line:
@@ -336,21 +343,48 @@ class IofsstatRun:
 
     def _read_stdout(self):
         for line in self.proc.stdout:
+            self.stdout.append(line)
             self.lines.put(line)
+
+    def logged(self) -> list[dict]:
+        """The intervals the --log file holds so far."""
+        import json
+
+        records = map(json.loads, self.log.read_text().splitlines()) if self.log.exists() else []
+        return [r for r in records if r.get("tool") == "iofsstat"]
+
+    def _wait_for_intervals(self, count: int) -> None:
+        import json
+        import time
+
+        if self.fmt == "json":
+            for _ in range(count):
+                self.intervals.append(json.loads(self.lines.get(timeout=self.timeout)))
+            return
+        want = len(self.logged()) + count
+        deadline = time.monotonic() + self.timeout * count
+        while len(self.logged()) < want:
+            assert time.monotonic() < deadline, f"iofsstat logged no interval in {self.timeout} s"
+            time.sleep(0.05)
 
     def stop(self) -> list[dict]:
         """After the caller's IO: wait for two more intervals (the one in progress holds the
-        last IO), then stop it; returns every interval."""
+        last IO), then stop it; returns every interval (in json format, as printed; else as
+        logged)."""
         import json
         import signal
 
-        for _ in range(2):
-            self.intervals.append(json.loads(self.lines.get(timeout=self.timeout)))
+        self._wait_for_intervals(2)
         self.proc.send_signal(signal.SIGTERM)  # SIGINT is ignored when the run is backgrounded
         self.proc.wait(timeout=max(15.0, self.timeout))
         self.stderr.append(self.proc.stderr.read())
+        self.reader.join(timeout=self.timeout)  # everything it printed
+        if self.fmt != "json":
+            self.intervals = self.logged()
         while not self.lines.empty():
-            self.intervals.append(json.loads(self.lines.get()))
+            line = self.lines.get()
+            if self.fmt == "json":
+                self.intervals.append(json.loads(line))
         return self.intervals
 
     def kill(self):

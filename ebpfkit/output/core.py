@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from .logs import get_logger, log_event
+from .logs import event_log_enabled, get_logger, log_event
 from .settings import OutputSettings
 from .table import MAX_TABLE_WIDTH, Column, ResultTable, as_column
 from .values import clock_time, cell_text, iso_time, is_number, now, plain, to_json
@@ -144,7 +144,8 @@ class Output:
                              count, what)
 
     def log_event(self, record: Mapping) -> None:
-        """Also keep ``record`` in the --log file (PingTrace-style event log); no-op without --log."""
+        """Keep ``record`` in the --log file as a JSON line; no-op without --log. Results and
+        events printed through this object are kept there already (as their JSON form)."""
         log_event(self.name, dict(record))
 
     # --- interval results ---
@@ -184,10 +185,20 @@ class Output:
             table = ResultTable(columns, rows, title=title)
         self._result(table)
 
-    def document(self, value: Mapping) -> None:
-        """A whole result as one JSON object (for --format json when a tool's answer is a
-        structure rather than rows, e.g. doctor's report)."""
-        self._write_line(to_json(dict(value)))
+    def document(self, value: Mapping, tables: ResultTable | Iterable[ResultTable] = ()) -> None:
+        """A result whose data is a structure (e.g. doctor's report): --format json prints
+        ``value`` as one JSON object, and --log keeps it whatever the format; table and CSV
+        print ``tables``, its rows for people and spreadsheets (one frame in live mode; in
+        CSV each table under its header line), or nothing when the tool has none (it then
+        says what happened in messages)."""
+        value = dict(value)
+        tables = [tables] if isinstance(tables, ResultTable) else list(tables)
+        if self.format == "json" or not tables:
+            self.log_event(value)
+            if self.format == "json":
+                self._write_line(to_json(value))
+            return
+        self._result(tables[0] if len(tables) == 1 else tables, document=value)
 
     def histogram(self, histogram: Histogram) -> None:
         self._result(histogram)
@@ -200,10 +211,16 @@ class Output:
         """Several tables as one interval's result (one frame in live mode)."""
         self._result(list(tables))
 
-    def _result(self, result) -> None:
+    def _result(self, result, document: dict | None = None) -> None:
+        """Print one result (a table, a histogram, or a list of either) in the chosen format,
+        and keep it in --log: as ``document`` when given, else as its JSON form."""
         when = now()
+        if document is None and (self.format == "json" or event_log_enabled()):
+            document = self._json_result(result, when)
+        if document is not None:
+            self.log_event(document)  # first: kept even if printing fails (a closed pipe)
         if self.format == "json":
-            self._write_line(to_json(self._json_result(result, when)))
+            self._write_line(to_json(document))
         elif self.format == "csv":
             self._csv_result(result, when)
         else:
@@ -212,9 +229,9 @@ class Output:
     def _json_result(self, result, when) -> dict:
         data = {"time": iso_time(when)}
         if isinstance(result, ResultTable):
-            if result.title:
-                data["title"] = result.title
-            data["rows"] = result.to_dicts()
+            data.update(_table_dict(result))
+        elif isinstance(result, list) and all(isinstance(r, ResultTable) for r in result):
+            data["tables"] = [_table_dict(t) for t in result]
         elif isinstance(result, list):
             data["histograms"] = [h.to_dict() for h in result]
         else:
@@ -223,14 +240,14 @@ class Output:
 
     def _csv_result(self, result, when) -> None:
         stamp = iso_time(when)
-        if isinstance(result, ResultTable):
-            header = ["time", *result.keys]
-            rows = [[stamp, *row.values()] for row in result.to_dicts()]
-        else:
-            header = ["time", "label", "unit", "low", "high", "count"]
-            rows = [[stamp, h.label or "", h.unit, b["low"], b["high"], b["count"]]
-                    for h in (result if isinstance(result, list) else [result])
-                    for b in h.buckets()]
+        parts = result if isinstance(result, list) else [result]
+        if all(isinstance(t, ResultTable) for t in parts):
+            for table in parts:  # each under its own header (written again when it changes)
+                self._csv_rows(["time", *table.keys], [[stamp, *row.values()] for row in table.to_dicts()])
+            return
+        header = ["time", "label", "unit", "low", "high", "count"]
+        rows = [[stamp, h.label or "", h.unit, b["low"], b["high"], b["count"]]
+                for h in parts for b in h.buckets()]
         self._csv_rows(header, rows)
 
     def _csv_rows(self, header: list[str], rows: Iterable[Sequence]) -> None:
@@ -283,6 +300,7 @@ class Output:
         """One event: an aligned line in table format (header printed once), one JSON object
         per line in json format (NDJSON), a CSV row in csv format. Flushed at once."""
         when = now() if self.settings.timestamps else None
+        self.log_event(record)
         if self.format == "json":
             data = {"time": iso_time(when)} if when else {}
             data.update(record)
@@ -307,6 +325,10 @@ class Output:
         line = _join_cells(self._event_columns, [cell_text(record.get(c.key), c.format)
                                                  for c in self._event_columns])
         self._write_line(f"{clock_time(when)} {line}" if when else line)
+
+
+def _table_dict(table: ResultTable) -> dict:
+    return {"title": table.title, "rows": table.to_dicts()} if table.title else {"rows": table.to_dicts()}
 
 
 def _fill_in(column: Column, value) -> Column:

@@ -1,18 +1,20 @@
 """Logging for ebpfkit: records under the ``ebpfkit.`` logger go to stderr through rich
-(WARNING by default, INFO with -v, DEBUG with -vv) and, with --log FILE, to a size-rotated file.
-Tools may also write their event records to that file (see log_event)."""
+(WARNING by default, INFO with -v, DEBUG with -vv) and, with --log FILE, to a size-rotated file
+of JSON lines. The output layer also writes every result and event a tool prints to that file
+(see log_event), so one file holds a run's messages and data."""
 
 from __future__ import annotations
 
 import logging
 import sys
+from datetime import datetime
 
 from .settings import DEFAULT_LOG_BACKUP, DEFAULT_LOG_SIZE
-from .values import to_json
+from .values import iso_time, to_json
 
 ROOT_LOGGER = "ebpfkit"
 EVENTS_LOGGER = "ebpfkit.events"
-FILE_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
+DETAILED_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
 
 
 def logger_name(name: str) -> str:
@@ -39,6 +41,25 @@ class FileOnly(logging.Filter):
         return not getattr(record, "file_only", False)
 
 
+class JsonLines(logging.Formatter):
+    """One JSON object per line, so the --log file reads with jq or json.loads: a tool's
+    record is {"time", "tool", ...the record}; a message is {"time", "level", "logger",
+    "message"} (with "traceback" when it carries one)."""
+
+    def format(self, record):
+        when = iso_time(datetime.fromtimestamp(record.created).astimezone())
+        data = getattr(record, "ebpfkit_record", None)
+        if data is not None:
+            line = {"time": data.get("time", when), "tool": record.name.removeprefix(EVENTS_LOGGER + ".")}
+            line.update((k, v) for k, v in data.items() if k not in line)
+            return to_json(line)
+        line = {"time": when, "level": record.levelname, "logger": record.name,
+                "message": record.getMessage()}
+        if record.exc_info:
+            line["traceback"] = self.formatException(record.exc_info)
+        return to_json(line)
+
+
 class StderrHandler(logging.Handler):
     """On a terminal, prints through rich.logging.RichHandler (created on the first record, so
     runs that log nothing never import rich); otherwise plain "WARNING: message" lines, which
@@ -51,7 +72,7 @@ class StderrHandler(logging.Handler):
         self._rich = None
         self.addFilter(FileOnly())
         self.setFormatter(logging.Formatter(
-            FILE_FORMAT if detailed else "%(levelname)s: %(message)s"))
+            DETAILED_FORMAT if detailed else "%(levelname)s: %(message)s"))
 
     def emit(self, record):
         stream = sys.stderr  # looked up per record: it may be redirected
@@ -107,7 +128,7 @@ def setup_logging(verbosity: int = 0, log_file: str | None = None,
             log_file, maxBytes=log_size, backupCount=log_backup, encoding="utf-8")
         # The file is the record of a run: keep INFO even when the console only shows warnings.
         file_handler.setLevel(min(logging.INFO, console_level))
-        file_handler.setFormatter(logging.Formatter(FILE_FORMAT))
+        file_handler.setFormatter(JsonLines())
         handlers.append(file_handler)
     for handler in handlers:
         handler.ebpfkit_owned = True
@@ -130,6 +151,6 @@ def event_log_enabled() -> bool:
 
 
 def log_event(tool: str, record: dict) -> None:
-    """Append one event record (as JSON) to the log file, under ``ebpfkit.events.<tool>``."""
+    """Append one record of ``tool`` to the log file as a JSON line (see JsonLines)."""
     if event_log_enabled():
-        logging.getLogger(f"{EVENTS_LOGGER}.{tool}").info("%s", to_json(record))
+        logging.getLogger(f"{EVENTS_LOGGER}.{tool}").info("record", extra={"ebpfkit_record": record})

@@ -55,7 +55,7 @@ def global_options(func):
         click.option("--no-color", is_flag=True, help="Print without colors (NO_COLOR works too)."),
         _output_option(),
         click.option("--log", "log_file", type=click.Path(dir_okay=False), metavar="FILE",
-                     help="Also write log records (and tools' event records) to FILE."),
+                     help="Also write messages and every result or event to FILE, as JSON lines."),
         click.option("--log-size", type=SIZE, default="10M", show_default=True,
                      help="Rotate the --log file at this size, e.g. 512K, 10M, 1G."),
         click.option("--log-backup", type=click.IntRange(min=0), default=DEFAULT_LOG_BACKUP,
@@ -66,12 +66,16 @@ def global_options(func):
     return wrapper
 
 
-def tool_options(func):
+def tool_options(func=None, *, output: bool = True):
     """Tool decorator: -T/--timestamp, and --format/--output that override the global ones
-    (so both ``ebpfkit --format json runqlat`` and ``ebpfkit runqlat --format json`` work)."""
+    (so both ``ebpfkit --format json runqlat`` and ``ebpfkit runqlat --format json`` work).
+    ``@tool_options(output=False)`` leaves --output out, for a tool whose own --output names
+    something else (iotrace record's record file)."""
+    if func is None:
+        return functools.partial(tool_options, output=output)
 
     @functools.wraps(func)
-    def wrapper(*args, timestamp, output_format, output_file, **kwargs):
+    def wrapper(*args, timestamp, output_format, output_file=None, **kwargs):
         ctx = click.get_current_context()
         settings = settings_from_context(ctx).replace(
             timestamps=timestamp or None, format=output_format, output_file=output_file)
@@ -81,7 +85,7 @@ def tool_options(func):
     options = [
         click.option("-T", "--timestamp", is_flag=True, help="Include the time on each output."),
         _format_option(None),
-        _output_option(),
+        *([_output_option()] if output else []),
     ]
     for option in reversed(options):
         wrapper = option(wrapper)

@@ -37,13 +37,17 @@ def as_column(spec: str | Column) -> Column:
 
 class ResultTable:
     """Columns and rows (dicts keyed by column key, or sequences in column order). ``width``
-    caps the rendered width (wide side-by-side comparisons may ask for more)."""
+    caps the rendered width (wide side-by-side comparisons may ask for more). ``data_keys``,
+    when given, are the keys JSON and CSV carry instead of the columns' (a narrow table for
+    the eye over wider data)."""
 
     def __init__(self, columns: Iterable[str | Column], rows: Iterable[Mapping | Sequence] = (),
-                 title: str | None = None, width: int = MAX_TABLE_WIDTH):
+                 title: str | None = None, width: int = MAX_TABLE_WIDTH,
+                 data_keys: Sequence[str] | None = None):
         self.columns = [as_column(c) for c in columns]
         self.title = title
         self.width = width
+        self.data_keys = list(data_keys) if data_keys is not None else None
         self.rows: list[dict] = []
         for row in rows:
             self.add_row(row)
@@ -66,11 +70,13 @@ class ResultTable:
 
     @property
     def keys(self) -> list[str]:
-        return [c.key for c in self.columns]
+        """The keys of the data (JSON, CSV, data frames): ``data_keys``, else the columns'."""
+        return self.data_keys if self.data_keys is not None else [c.key for c in self.columns]
 
     def to_dicts(self) -> list[dict]:
-        """Rows as plain dicts in column order (bytes decoded, enums by name)."""
-        return [{c.key: plain(row.get(c.key)) for c in self.columns} for row in self.rows]
+        """Rows as plain dicts in key order (bytes decoded, enums by name)."""
+        keys = self.keys
+        return [{k: plain(row.get(k)) for k in keys} for row in self.rows]
 
     def to_dataframe(self):
         from .notebook import require_pandas

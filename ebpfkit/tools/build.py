@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ..output import Output
+from ..output import Output, tool_options
 
 EXAMPLES = """\b
 Examples:
@@ -18,6 +18,7 @@ Examples:
 @click.command(epilog=EXAMPLES)
 @click.option("--out-dir", type=click.Path(file_okay=False, path_type=Path),
               help="Where to write the objects (default: ebpfkit/programs/prebuilt).")
+@tool_options
 def build(out_dir):
     """Compile every BPF program into CO-RE objects that load on any BTF kernel without clang."""
     from ..engine.compiler import PREBUILT_DIR

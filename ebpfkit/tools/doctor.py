@@ -32,17 +32,15 @@ def doctor(fix):
     rows = [{"feature": p.label, "name": p.name, "available": _MARK[p.status], "status": p.status,
              "detail": p.reason} for p in probes.values()]
     tools = [_tool_row(info, probes) for info in TOOLS.values() if info.hooks]
-    if out.format == "json":
-        out.document({"kernel": features.kernel_release(),
-                      "features": {p.name: {"label": p.label, "status": p.status, "reason": p.reason,
-                                            "value": p.value} for p in probes.values()},
-                      "tools": {t["tool"]: {"runs": t["runs"] == "yes", "hook": t["hook"]} for t in tools}})
-        return
-    out.table(ResultTable([Column("feature", key="feature"), Column("ok", key="available"),
-                           Column("detail", key="detail")], rows,
-                          title=f"Kernel {features.kernel_release()}"))
-    out.table(ResultTable([Column("tool", key="tool"), Column("runs", key="runs"),
-                           Column("hook", key="hook")], tools, title="Tools"))
+    report = {"kernel": features.kernel_release(),
+              "features": {p.name: {"label": p.label, "status": p.status, "reason": p.reason,
+                                    "value": p.value} for p in probes.values()},
+              "tools": {t["tool"]: {"runs": t["runs"] == "yes", "hook": t["hook"]} for t in tools}}
+    out.document(report, [
+        ResultTable([Column("feature", key="feature"), Column("ok", key="available"),
+                     Column("detail", key="detail")], rows, title=f"Kernel {features.kernel_release()}"),
+        ResultTable([Column("tool", key="tool"), Column("runs", key="runs"),
+                     Column("hook", key="hook")], tools, title="Tools")])
 
 
 def _tool_row(info, probes) -> dict:

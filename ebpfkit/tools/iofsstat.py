@@ -359,13 +359,13 @@ def display_tables(interval: Interval, width: int = MAX_TABLE_WIDTH) -> list[Res
                          Column("R_AWAIT", key="r_await", format=".2f"),
                          Column("W_AWAIT", key="w_await", format=".2f"),
                          Column("UTIL%", key="util", format=".1f")],
-                        interval.disks, title="Disks (await in ms)")
+                        interval.disks, title="Disks (await in ms)", data_keys=DISK_KEYS)
     bios = ResultTable([Column("COMM", key="comm", max_width=16), Column("PID", key="pid"),
                         Column("DISK", key="disk"), Column("READS", key="reads"),
                         Column("R_BPS", key="r_bps", format=rate), Column("WRITES", key="writes"),
                         Column("W_BPS", key="w_bps", format=rate),
                         Column("CONTAINER", key="container")],
-                       interval.disk_processes, title="Disk IO by process")
+                       interval.disk_processes, title="Disk IO by process", data_keys=BIO_KEYS)
     columns = [Column("COMM", key="comm", max_width=16), Column("PID", key="pid"),
                Column("READS", key="reads"), Column("R_BPS", key="r_bps", format=rate),
                Column("WRITES", key="writes"), Column("W_BPS", key="w_bps", format=rate),
@@ -374,7 +374,7 @@ def display_tables(interval: Interval, width: int = MAX_TABLE_WIDTH) -> list[Res
     # the file column gets what the others leave; cut there from the left, not by rich at the end
     room = min(width, MAX_TABLE_WIDTH) - sum(_width(c, rows) + 2 for c in columns)
     columns.append(Column("FILE", key="label", format=_tail(max(room, 12))))
-    files = ResultTable(columns, rows, title="File IO by process")
+    files = ResultTable(columns, rows, title="File IO by process", data_keys=FILE_KEYS)
     return [disks, bios, files]
 
 
@@ -385,27 +385,14 @@ def _width(column: Column, rows: list[dict]) -> int:
     return min(max(widest, len(column.name)), column.max_width or 1 << 16)
 
 
-def show(out: Output, interval: Interval, keep_log: bool = True) -> None:
-    """Print one interval: table format as one frame (one live redraw), JSON as one object,
-    CSV as three tables (each with its header line)."""
+def show(out: Output, interval: Interval) -> None:
+    """Print one interval: table format as one frame (one live redraw), JSON as one object
+    (the one --log keeps), CSV as three tables with every field (each with its header line)."""
     from ..output.values import iso_time, now
 
-    views = {"disks": interval.disks, "disk_processes": interval.disk_processes,
-             "files": interval.files}
-    if out.format == "json":
-        out.document({"time": iso_time(now()), "interval": round(interval.seconds, 6), **views})
-    elif out.format == "csv":
-        out.table(ResultTable(DISK_KEYS, interval.disks, title="disks"))
-        out.table(ResultTable(BIO_KEYS, interval.disk_processes, title="disk_processes"))
-        out.table(ResultTable(FILE_KEYS, interval.files, title="files"))
-    else:
-        # Output has no several-tables result; histograms() renders any rich renderables
-        # as one result, so the three tables stay one frame of a live display.
-        out.tables(display_tables(interval, out.console.width))
-    if keep_log:
-        for view, rows in views.items():
-            for row in rows:
-                out.log_event({"view": view, **row})
+    out.document({"time": iso_time(now()), "interval": round(interval.seconds, 6),
+                  "disks": interval.disks, "disk_processes": interval.disk_processes,
+                  "files": interval.files}, display_tables(interval, out.console.width))
 
 
 # --- the command -----------------------------------------------------------------------------

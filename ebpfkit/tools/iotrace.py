@@ -59,6 +59,7 @@ def iotrace():
               help="Stop after S seconds (default: at Ctrl-C).")
 @pid_option
 @click.option("--disk", metavar="NAME", help="Only this disk (and its partitions), e.g. vda, loop0, vda1.")
+@tool_options(output=False)
 def record(record_file, duration, pid, disk):
     """Record each IO's timestamps at every layer it passes into FILE."""
     from .._version import __version__
@@ -88,13 +89,10 @@ def record(record_file, duration, pid, disk):
         return writer
 
     summary = _record(out, spec, open_writer, duration, record_file)
-    if out.format == "json":
-        out.document(summary)
-    else:
-        out.table(ResultTable([Column("file", key="file"), Column("syscalls", key="syscalls"),
-                               Column("block events", key="block_events"),
-                               Column("files mapped", key="files_mapped"), Column("lost", key="lost")],
-                              [summary]))
+    out.document(summary, ResultTable([Column("file", key="file"), Column("syscalls", key="syscalls"),
+                                       Column("block events", key="block_events"),
+                                       Column("files mapped", key="files_mapped"), Column("lost", key="lost")],
+                                      [summary], data_keys=list(summary)))
     out.lost(summary["lost"], "records")
     if summary["dropped_syscalls"]:
         out.warn("%d syscalls not recorded: too many in flight at once", summary["dropped_syscalls"])
@@ -212,43 +210,49 @@ def report(record_file, top, partial):
     for reason, n in sorted(summary["unmapped"].items()):
         out.warn("%d syscalls not joined to block requests: %s", n, reason)
 
-    if out.format == "json":
-        out.document({"file": record_file, "format_version": rec.header["version"],
-                      "host": rec.header.get("host"), "filters": rec.header.get("filters"),
-                      "summary": summary, "stages": stages, "slowest": slow, "processes": procs})
-        return
+    out.document({"file": record_file, "format_version": rec.header["version"],
+                  "host": rec.header.get("host"), "filters": rec.header.get("filters"),
+                  "summary": summary, "stages": stages, "slowest": slow, "processes": procs},
+                 _report_tables(record_file, rec, summary, stages, slow, procs))
+
+
+def _report_tables(record_file, rec, summary, stages, slow, procs) -> list[ResultTable]:
+    """The report for people (and CSV): totals, the per-layer breakdown, the slowest
+    requests, per process."""
     host = rec.header.get("host") or {}
-    out.table(ResultTable(
-        [Column("syscalls", key="syscalls"), Column("bytes", key="syscall_bytes"),
-         Column("block reqs", key="block_requests"), Column("block bytes", key="block_bytes"),
-         Column("joined", key="joined_syscalls"), Column("incomplete", key="incomplete_requests"),
-         Column("lost", key="lost")], [summary],
-        title=f"{record_file}: {host.get('hostname', '?')} ({host.get('kernel', '?')}), "
-              f"{summary['duration_s']:.1f} s"))
     us = ".1f"
-    out.table(ResultTable(
-        [Column("stage", key="stage"), Column("count", key="count"), Column("avg", key="avg", format=us),
-         Column("p50", key="p50", format=us), Column("p99", key="p99", format=us),
-         Column("max", key="max", format=us), Column("what", key="description", max_width=44)],
-        [s for s in stages if s["count"]], title="Per-layer latency (µs)"))
     with_insert = any(d["stages_us"]["Q2I"] is not None for d in slow)
     block_cols = ["Q2I", "I2D"] if with_insert else ["Q2D"]
     rows = [{"pid": d["pid"], "comm": d["comm"], "call": d["syscall"] or "-", "op": d["op"],
              "bytes": d["block_bytes"], "sector": d["sector"], **d["stages_us"], "total": d["total_us"]}
             for d in slow]
-    out.table(ResultTable(
-        [Column("pid", key="pid"), Column("comm", key="comm", max_width=12), Column("call", key="call"),
-         Column("op", key="op"), Column("bytes", key="bytes"), Column("sector", key="sector"),
-         *[Column(c, key=c, format=us) for c in ["S2Q", *block_cols, "D2C", "C2R"]],
-         Column("total", key="total", format=us)],
-        rows, title=f"Slowest {len(rows)} requests (µs)"))
-    out.table(ResultTable(
-        [Column("pid", key="pid"), Column("comm", key="comm", max_width=14), Column("syscalls", key="syscalls"),
-         Column("read", key="read_bytes"), Column("written", key="write_bytes"),
-         Column("sys avg", key="syscall_avg_us", format=us), Column("joined", key="joined"),
-         Column("reqs", key="requests"), Column("blk bytes", key="block_bytes"),
-         Column("Q2C avg", key="q2c_avg_us", format=us)],
-        procs, title="Per process (µs)"))
+    return [
+        ResultTable(
+            [Column("syscalls", key="syscalls"), Column("bytes", key="syscall_bytes"),
+             Column("block reqs", key="block_requests"), Column("block bytes", key="block_bytes"),
+             Column("joined", key="joined_syscalls"), Column("incomplete", key="incomplete_requests"),
+             Column("lost", key="lost")], [summary],
+            title=f"{record_file}: {host.get('hostname', '?')} ({host.get('kernel', '?')}), "
+                  f"{summary['duration_s']:.1f} s"),
+        ResultTable(
+            [Column("stage", key="stage"), Column("count", key="count"), Column("avg", key="avg", format=us),
+             Column("p50", key="p50", format=us), Column("p99", key="p99", format=us),
+             Column("max", key="max", format=us), Column("what", key="description", max_width=44)],
+            [s for s in stages if s["count"]], title="Per-layer latency (µs)"),
+        ResultTable(
+            [Column("pid", key="pid"), Column("comm", key="comm", max_width=12), Column("call", key="call"),
+             Column("op", key="op"), Column("bytes", key="bytes"), Column("sector", key="sector"),
+             *[Column(c, key=c, format=us) for c in ["S2Q", *block_cols, "D2C", "C2R"]],
+             Column("total", key="total", format=us)],
+            rows, title=f"Slowest {len(rows)} requests (µs)"),
+        ResultTable(
+            [Column("pid", key="pid"), Column("comm", key="comm", max_width=14),
+             Column("syscalls", key="syscalls"), Column("read", key="read_bytes"),
+             Column("written", key="write_bytes"), Column("sys avg", key="syscall_avg_us", format=us),
+             Column("joined", key="joined"), Column("reqs", key="requests"),
+             Column("blk bytes", key="block_bytes"), Column("Q2C avg", key="q2c_avg_us", format=us)],
+            procs, title="Per process (µs)"),
+    ]
 
 
 def _summary(rec, result) -> dict:

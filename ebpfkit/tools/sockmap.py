@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import platform
 import time
 
 import click
@@ -75,17 +76,14 @@ def enable(cgroup, ports, ipv6, skb_verdict, max_sockets):
         out.warn("sockmap acceleration is already enabled on %s (ports: %s); "
                  "`ebpfkit sockmap disable --cgroup %s` first to change it",
                  record["cgroup"], _ports(record["ports"]), record["cgroup"])
-        if out.format == "json":
-            out.document({"state": "already enabled", **record})
+        out.document({"state": "already enabled", **record})
         return
     record = enabled.status()
     _report(out, "enabled", record)
 
 
 def _report(out: Output, state: str, record: dict) -> None:
-    if out.format == "json":
-        out.document({"state": state, **record})
-        return
+    out.document({"state": state, **record})  # printed in JSON; the messages below say it to people
     verdict = "attached" if record["skb_verdict"] else "not attached"
     why = " (FIONREAD/epoll regression found on this kernel)" if record["regression"] else ""
     out.banner(f"sockmap acceleration {state} on {record['cgroup']}: ports {_ports(record['ports'])}, "
@@ -117,12 +115,10 @@ def disable(cgroup, all_cgroups):
         found = do_disable(cgroup)
         if found is not None:
             removed.append(found.cgroup)
-    if out.format == "json":
-        out.document({"disabled": removed})
-    elif removed:
-        for where in removed:
-            out.banner(f"sockmap acceleration disabled on {where}")
-    else:
+    out.document({"disabled": removed})  # printed in JSON; the messages below say it to people
+    for where in removed:
+        out.banner(f"sockmap acceleration disabled on {where}")
+    if not removed:
         out.warn("sockmap acceleration was not enabled %s", "anywhere" if all_cgroups else
                  f"on {cgroup or 'the cgroup v2 root'}")
 
@@ -179,19 +175,13 @@ def status(cgroup, show_sockets):
     if show_sockets:
         for record, e in zip(records, found):
             record["connections"] = e.sockets()
-    if out.format == "json":
-        import platform
-
-        out.document({"enabled": records, "kernel": platform.release(),
-                      "kernel_release_affected": release_affected()})
-        return
+    tables = [status_table(records)] if records else []
+    if show_sockets:
+        tables += [sockets_table(record["connections"]) for record in records]
+    out.document({"enabled": records, "kernel": platform.release(),
+                  "kernel_release_affected": release_affected()}, tables)
     if not records:
         out.warn("sockmap acceleration is not enabled %s", f"on {cgroup}" if cgroup else "anywhere")
-        return
-    out.table(status_table(records))
-    for record in records:
-        if show_sockets:
-            out.table(sockets_table(record["connections"]))
 
 
 @sockmap.command(epilog=EXAMPLES)
@@ -243,8 +233,5 @@ def bench(duration, rounds, only):
     started = time.monotonic()
     out.banner("Benchmarking sockmap acceleration (plain / minimal sample / ebpfkit)...")
     result = run_bench(duration=duration, rounds=rounds, only=only or None, progress=out.info)
-    if out.format == "json":
-        out.document(result.to_dict())
-    else:
-        out.table(result.table())
+    out.document(result.to_dict(), result.table())
     out.info("bench took %.0f s", time.monotonic() - started)

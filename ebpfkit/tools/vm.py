@@ -79,6 +79,10 @@ def run(ctx, kernel, lsm, memory, cpus, timeout, accel, env, console_file, comma
     if console_file:
         with open(console_file, "w") as f:
             f.write(result.console)
+    # the run's outcome is its result: the command's own output went to stdout/stderr as it came
+    out.log_event({"kernel": result.kernel, "accel": result.accel, "status": result.status,
+                   "exit_code": result.exit_code, "boot_seconds": result.boot_seconds,
+                   "seconds": result.seconds, "command": list(command)})
     boot = f"{result.boot_seconds:.1f} s" if result.boot_seconds is not None else "-"
     out.info("%s (%s): boot-to-command %s, total %.1f s", result.kernel, result.accel, boot, result.seconds)
     if result.status == "timeout":

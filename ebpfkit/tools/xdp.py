@@ -190,15 +190,9 @@ def _show_attached(out: Output, att, what: str) -> None:
         info["backends"] = [_backend_row(b) for b in att.tables.backends()]
         items = ResultTable(["slot", Column("backend", align="left"), "weight", "mac", "ifindex"],
                             info["backends"], title="backends")
-    if out.format == "json":
-        out.document(info)
-        return
     summary = ResultTable([Column("attached", align="left"), Column("value", align="left")],
                           [(k, v) for k, v in info.items() if k not in ("rules", "backends")])
-    if out.format == "table":
-        out.tables([summary, items])
-    else:
-        out.table(items)
+    out.document(info, [summary, items])
 
 
 @filter_group.command("run")
@@ -375,17 +369,7 @@ class FilterStats(_CounterView):
                                   "pps", "bps"], doc["rules"], title="rules")
         total_table = ResultTable(["counter", "packets", "bytes", "pps", "bps"], doc["totals"],
                                   title="totals")
-        _emit(out, doc, [rule_table, total_table])
-
-
-def _emit(out: Output, doc: dict, tables: list) -> None:
-    if out.format == "json":
-        out.document(doc)
-    elif out.format == "csv":
-        for t in tables:
-            out.table(t)
-    else:
-        out.tables(tables)
+        out.document(doc, [rule_table, total_table])
 
 
 @filter_group.command("stats")
@@ -575,7 +559,7 @@ class LbStats(_CounterView):
 
     def show(self, out: Output) -> None:
         doc = self.sample()
-        _emit(out, doc, [
+        out.document(doc, [
             ResultTable(["slot", Column("backend", align="left"), "weight", "packets", "bytes", "pps",
                          "bps"], doc["backends"], title="backends"),
             ResultTable(["counter", "packets", "bytes", "pps", "bps"], doc["totals"], title="totals")])

@@ -7,6 +7,7 @@ from click.testing import CliRunner
 
 from ebpfkit.cli import cli
 from ebpfkit.engine import features
+from outputs import csv_tables, logged
 
 pytestmark = pytest.mark.integration
 
@@ -45,3 +46,17 @@ def test_fix_mounts_what_is_missing():
     assert result.exit_code == 0, result.output
     assert features.mounted_tracefs()
     assert features.mounted_bpffs()
+
+
+def test_csv_and_log_say_what_the_kernel_allows(tmp_path):
+    log = tmp_path / "doctor.log"
+    probes = features.probe_all()
+    feature_rows, tool_rows = csv_tables(_doctor("--log", str(log), "--format", "csv"))
+    mark = {"supported": "yes", "unsupported": "no", "unknown": "?"}
+    assert {r["feature"]: r["available"] for r in feature_rows} == \
+        {p.label: mark[p.status] for p in probes.values()}
+    assert {r["tool"]: r["runs"] for r in tool_rows}["runqlat"] == "yes"
+    (report,) = logged(log, "doctor")  # the whole report, though the run printed CSV
+    assert {name: f["status"] for name, f in report["features"].items()} == \
+        {name: p.status for name, p in probes.items()}
+    assert report["kernel"] == features.kernel_release() and report["tools"]["runqlat"]["runs"] is True

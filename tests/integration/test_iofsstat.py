@@ -16,6 +16,7 @@ import pytest
 from ebpfkit.net import ChildCgroup
 from ebpfkit.sysinfo.diskstats import read_diskstats
 from ebpfkit.tools.iofsstat import IofsStat
+from outputs import csv_tables, logged
 
 pytestmark = [
     pytest.mark.integration,
@@ -123,10 +124,10 @@ def workload(files, cgroup=None):
 
 @pytest.fixture
 def tool(iofsstat_run):
-    """tool(*ARGS): a context manager running iofsstat ARGS at 0.3 s intervals."""
+    """tool(*ARGS, fmt=, log=): a context manager running iofsstat ARGS at 0.3 s intervals."""
     @contextmanager
-    def start(*args):
-        t = iofsstat_run(*args)
+    def start(*args, **kwargs):
+        t = iofsstat_run(*args, **kwargs)
         try:
             yield t
         finally:
@@ -150,38 +151,103 @@ def within(value, expected, tolerance=0.02):
 
 # --- tests -------------------------------------------------------------------------------
 
-def test_files_full_paths_inodes_and_bytes_of_a_process(ext4_loop, tool):
+def check_process_files(views: dict, w: Workload, files: Files, loop) -> None:
+    """``views``: the rows of every interval, per view ("files", "disks", "disk_processes"),
+    against what the workload did: WRITE_MIB MiB written to one file, READ_MIB read from
+    another (through a bind mount), on the loop device only."""
+    written, read = os.stat(files.written), os.stat(files.read)
+
+    def mine(path):
+        rows = [r for r in views["files"] if r["pid"] == w.pid and r["path"] == os.path.realpath(path)]
+        assert rows, f"no row for {path}: {views['files']}"
+        return rows, {k: sum(r[k] for r in rows) for k in ("reads", "writes", "read_bytes", "write_bytes")}
+
+    rows_w, sums_w = mine(files.written)
+    assert {r["comm"] for r in rows_w} == {w.comm}
+    assert {r["inode"] for r in rows_w} == {written.st_ino}
+    assert {r["device"] for r in rows_w} == {loop.name}
+    assert {r["dev"] for r in rows_w} == {f"{loop.major}:{loop.minor}"}
+    assert within(sums_w["write_bytes"], WRITE_MIB * MIB), sums_w
+    assert sums_w["writes"] == WRITE_MIB and sums_w["read_bytes"] == 0
+
+    rows_r, sums_r = mine(files.read)  # across the bind mount
+    assert {r["inode"] for r in rows_r} == {read.st_ino}
+    assert within(sums_r["read_bytes"], READ_MIB * MIB), sums_r
+    assert sums_r["write_bytes"] == 0
+    assert all(r["container"] is None for r in rows_w + rows_r)
+    # --disk: only files on the loop device, and its disk row
+    assert {r["device"] for r in views["files"]} == {loop.name}
+    assert {d["disk"] for d in views["disks"]} == {loop.name}
+
+    # the same IO seen at the block layer, in the workload's own context (fsync, reads)
+    bio = [r for r in views["disk_processes"] if r["pid"] == w.pid]
+    assert bio and {r["disk"] for r in bio} == {loop.name}
+    assert sum(r["write_bytes"] for r in bio) >= WRITE_MIB * MIB * 0.98
+    assert sum(r["read_bytes"] for r in bio) >= READ_MIB * MIB * 0.98
+
+
+def json_views(intervals: list[dict]) -> dict:
+    return {view: rows(intervals, view) for view in ("files", "disks", "disk_processes")}
+
+
+def csv_views(text: str) -> dict:
+    """iofsstat's CSV: each view's rows under its own header line, told apart by their
+    columns; numbers back to numbers, empty cells to None."""
+    headers = {"path": "files", "util": "disks", "container": "disk_processes"}
+    views: dict = {view: [] for view in headers.values()}
+    for table in csv_tables(text):
+        for row in table:
+            view = next(v for key, v in headers.items() if key in row)
+            views[view].append({k: _cell(v) for k, v in row.items()})
+    return views
+
+
+def _cell(text: str):
+    if text == "":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        try:
+            return float(text)
+        except ValueError:
+            return text
+
+
+def test_files_full_paths_inodes_and_bytes_of_a_process(ext4_loop, tool, tmp_path):
+    log = tmp_path / "iofsstat.log"
     with made_files(ext4_loop) as files, workload(files) as w:
-        with tool("--disk", ext4_loop.name) as t:
+        with tool("--disk", ext4_loop.name, log=log) as t:
             w.round()
             intervals = t.stop()
         assert "file IO hook: syscall exit tracepoints" in "".join(t.stderr)  # -v says which
-        written, read = os.stat(files.written), os.stat(files.read)
+        check_process_files(json_views(intervals), w, files, ext4_loop)
+        kept = logged(log, "iofsstat")  # what was printed (and an interval SIGTERM cut short)
+        assert kept[:len(intervals)] == intervals and len(kept) - len(intervals) <= 1
 
-        rows_w, sums_w = totals(intervals, w.pid, os.path.realpath(files.written))
-        assert rows_w, f"no row for {files.written}: {rows(intervals, 'files')}"
-        assert {r["comm"] for r in rows_w} == {w.comm}
-        assert {r["inode"] for r in rows_w} == {written.st_ino}
-        assert {r["device"] for r in rows_w} == {ext4_loop.name}
-        assert {r["dev"] for r in rows_w} == {f"{ext4_loop.major}:{ext4_loop.minor}"}
-        assert within(sums_w["write_bytes"], WRITE_MIB * MIB), sums_w
-        assert sums_w["writes"] == WRITE_MIB and sums_w["read_bytes"] == 0
 
-        rows_r, sums_r = totals(intervals, w.pid, os.path.realpath(files.read))  # across the bind mount
-        assert rows_r, f"no row for {files.read}: {rows(intervals, 'files')}"
-        assert {r["inode"] for r in rows_r} == {read.st_ino}
-        assert within(sums_r["read_bytes"], READ_MIB * MIB), sums_r
-        assert sums_r["write_bytes"] == 0
-        assert all(r["container"] is None for r in rows_w + rows_r)
-        # --disk: only files on the loop device, and its disk row
-        assert {r["device"] for r in rows(intervals, "files")} == {ext4_loop.name}
-        assert {d["disk"] for d in rows(intervals, "disks")} == {ext4_loop.name}
+def test_csv_and_table_carry_the_same_files(ext4_loop, tool, tmp_path):
+    with made_files(ext4_loop) as files, workload(files) as w:
+        with tool("--disk", ext4_loop.name, fmt="csv", log=tmp_path / "csv.log") as t:
+            w.round()
+            kept = t.stop()
+        check_process_files(csv_views("".join(t.stdout)), w, files, ext4_loop)
+        check_process_files(json_views(kept), w, files, ext4_loop)
 
-        # the same IO seen at the block layer, in the workload's own context (fsync, reads)
-        bio = [r for r in rows(intervals, "disk_processes") if r["pid"] == w.pid]
-        assert bio and {r["disk"] for r in bio} == {ext4_loop.name}
-        assert sum(r["write_bytes"] for r in bio) >= WRITE_MIB * MIB * 0.98
-        assert sum(r["read_bytes"] for r in bio) >= READ_MIB * MIB * 0.98
+        with tool("--disk", ext4_loop.name, fmt="table", log=tmp_path / "table.log") as t:
+            w.round()
+            kept = t.stop()
+        check_process_files(json_views(kept), w, files, ext4_loop)
+        # the table for people: the workload's file rows, their write and read counts
+        table = "".join(t.stdout)
+        counts = {"written.bin": [0, 0], "input.bin": [0, 0]}
+        for line in table.splitlines():
+            cells = line.split()
+            if len(cells) > 8 and cells[1] == str(w.pid) and cells[-1].rsplit("/", 1)[-1] in counts:
+                counts[cells[-1].rsplit("/", 1)[-1]][0] += int(cells[2])  # READS
+                counts[cells[-1].rsplit("/", 1)[-1]][1] += int(cells[4])  # WRITES
+        assert counts["written.bin"] == [0, WRITE_MIB], table
+        assert counts["input.bin"][0] >= READ_MIB and counts["input.bin"][1] == 0, table
 
 
 def test_container_and_pid_filters(ext4_loop, tool):

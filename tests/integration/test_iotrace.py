@@ -17,6 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from ebpfkit.cli import cli
+from outputs import csv_tables, logged
 
 pytestmark = [
     pytest.mark.integration,
@@ -35,10 +36,11 @@ def ebpfkit(*args: str, **kw) -> subprocess.CompletedProcess:
 class Recorder:
     """`ebpfkit iotrace record` in a child process; started when its file has a header."""
 
-    def __init__(self, path, *args: str):
+    def __init__(self, path, *args: str, global_options=()):
         self.path = path
-        self.proc = subprocess.Popen([sys.executable, "-m", "ebpfkit", "iotrace", "record", "-o", str(path),
-                                      *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen([sys.executable, "-m", "ebpfkit", *global_options, "iotrace", "record",
+                                      "-o", str(path), *args],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def __enter__(self):
         deadline = time.monotonic() + 60
@@ -78,6 +80,14 @@ def report_json(path, *args: str) -> dict:
     return json.loads(result.output)
 
 
+def assert_my_writes(processes: list[dict]) -> None:
+    """This process's row of the per-process view (from any output form): COUNT writes of
+    SIZE bytes, each joined to its block request."""
+    me = [p for p in processes if int(p["pid"]) == os.getpid()]
+    assert len(me) == 1, processes
+    assert [int(me[0][k]) for k in ("syscalls", "write_bytes", "joined")] == [COUNT, COUNT * SIZE, COUNT]
+
+
 def assert_stages_ordered(lifecycle: dict) -> None:
     for rq in lifecycle["requests"]:
         times = [rq[k] for k in ("queue_ns", "insert_ns", "issue_ns", "complete_ns") if rq[k] is not None]
@@ -91,7 +101,9 @@ def test_direct_writes_are_joined_per_request(ext4_loop, tmp_path):
     record = tmp_path / "w.iot"
     target = ext4_loop.mountpoint / "direct.dat"
     buf = aligned_buffer(SIZE)
-    with Recorder(record, "--disk", ext4_loop.name) as rec:
+    log = tmp_path / "record.log"
+    with Recorder(record, "--disk", ext4_loop.name, "--format", "json",
+                  global_options=["--log", str(log)]) as rec:
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT, 0o644)
         try:
             for _ in range(COUNT):
@@ -100,13 +112,17 @@ def test_direct_writes_are_joined_per_request(ext4_loop, tmp_path):
             os.close(fd)  # closed before the recorder ends: it must still find the file's extents
         assert rec.stop() == 0, rec.stderr
     assert "Traceback" not in rec.stderr
+    recorded = json.loads(rec.stdout)  # record's summary, in the format asked for
+    assert recorded["file"] == str(record) and recorded["lost"] == 0
+    assert recorded["syscalls"] >= COUNT and recorded["block_events"] >= 3 * COUNT  # queue, issue, complete (insert: not always)
+    (kept,) = logged(log, "iotrace.record")
+    assert kept.pop("time") and kept == recorded
 
     doc = report_json(record, "--top", "0")
     summary = doc["summary"]
     assert summary["lost"] == 0 and not summary["truncated"]
-    me = [p for p in doc["processes"] if p["pid"] == os.getpid()]
-    assert len(me) == 1, doc["processes"]
-    assert me[0]["syscalls"] == COUNT and me[0]["write_bytes"] == COUNT * SIZE and me[0]["joined"] == COUNT
+    assert summary["syscalls"] == recorded["syscalls"]
+    assert_my_writes(doc["processes"])
 
     # each write is one lifecycle (the others of this pid: ext4 reading its metadata)
     mine = [lc for lc in doc["slowest"] if lc["pid"] == os.getpid() and lc["syscall"]]
@@ -126,9 +142,22 @@ def test_direct_writes_are_joined_per_request(ext4_loop, tmp_path):
         if s["count"]:
             assert s["p50"] <= s["p99"] <= s["max"]
 
-    table = CliRunner().invoke(cli, ["iotrace", "report", str(record)], catch_exceptions=False)
+    # the same per-process truth in CSV, in the table, and in the --log file of either
+    log = tmp_path / "report.log"
+    result = CliRunner().invoke(cli, ["--log", str(log), "iotrace", "report", str(record), "--format", "csv"],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    (processes,) = [t for t in csv_tables(result.stdout) if t and "q2c_avg_us" in t[0]]
+    assert_my_writes(processes)
+    (kept,) = logged(log, "iotrace.report")
+    assert_my_writes(kept["processes"])
+
+    table = CliRunner().invoke(cli, ["--no-color", "iotrace", "report", str(record)], catch_exceptions=False)
     assert table.exit_code == 0
     assert "Per-layer latency" in table.output and "Slowest" in table.output and "Per process" in table.output
+    per_process = table.output.split("Per process")[1].splitlines()
+    rows = [line.split() for line in per_process if line.split()[:1] == [str(os.getpid())]]
+    assert_my_writes([{"pid": r[0], "syscalls": r[2], "write_bytes": r[4], "joined": r[6]} for r in rows])
 
 
 def test_pid_filter_and_direct_reads(ext4_loop, tmp_path):
@@ -151,7 +180,7 @@ os.close(fd)
 """], stdin=subprocess.PIPE, text=True)
     record = tmp_path / "r.iot"
     try:
-        with Recorder(record, "-p", str(reader.pid), "--disk", ext4_loop.name) as rec:
+        with Recorder(record, "-p", str(reader.pid), "--disk", ext4_loop.name, "--format", "csv") as rec:
             reader.communicate("go\n", timeout=60)
             assert reader.returncode == 0
             # IO of another process meanwhile must not be recorded
@@ -163,6 +192,9 @@ os.close(fd)
         if reader.poll() is None:
             reader.kill()
             reader.wait()
+
+    (summary,) = csv_tables(rec.stdout)[0]  # record's summary as CSV: only the reader's syscalls
+    assert summary["file"] == str(record) and int(summary["syscalls"]) == COUNT and summary["lost"] == "0"
 
     doc = report_json(record, "--top", "0")
     assert {p["pid"] for p in doc["processes"]} == {reader.pid}

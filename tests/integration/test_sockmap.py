@@ -32,6 +32,7 @@ from ebpfkit.sockmap import bench
 from ebpfkit.sockmap import maps as M
 from ebpfkit.sockmap.core import PIN_BASE, pin_directory
 from ebpfkit.sockmap.regression import release_affected
+from outputs import csv_tables, logged, table_sections
 
 pytestmark = pytest.mark.integration
 
@@ -157,7 +158,26 @@ def _bpftool_cgroup(path) -> list[dict]:
 
 # --- the CLI: enable, status, second enable, disable -------------------------------------
 
-def test_cli_enable_status_disable(child_cgroup):
+def status_in_other_forms(cg, log) -> dict[str, int]:
+    """Bytes redirected on ``cg`` as `sockmap status` prints them in CSV and in the table,
+    and as the --log file kept each."""
+    forms = {}
+    for fmt in ("csv", "table"):
+        result = ebpfkit_cli("--log", str(log), "--format", fmt, "sockmap", "status", "--cgroup", cg)
+        assert result.returncode == 0, result.stderr
+        if fmt == "csv":
+            ((row,),) = csv_tables(result.stdout)
+            forms[fmt] = int(row["bytes_redirected"])
+        else:  # CGROUP PORTS SOCKETS REDIR MSGS, REDIR BYTES ...
+            (row,) = table_sections(result.stdout, ["sockmap acceleration"])["sockmap acceleration"]
+            forms[fmt] = int(row[4])
+    for index, doc in enumerate(logged(log, "sockmap.status")):
+        forms[f"log {index}"] = doc["enabled"][0]["bytes_redirected"]
+    assert len(forms) == 4
+    return forms
+
+
+def test_cli_enable_status_disable(child_cgroup, tmp_path):
     cg = child_cgroup.path
     cg_id = os.stat(cg).st_ino
     enabled = ebpfkit_cli("sockmap", "enable", "--cgroup", cg)
@@ -185,9 +205,8 @@ def test_cli_enable_status_disable(child_cgroup):
             status = cli_json("sockmap", "status", "--cgroup", cg)
             assert status["enabled"][0]["bytes_redirected"] - before == 8 * MiB
             assert status["enabled"][0]["msgs_fallback"] == 0
-
-        table = ebpfkit_cli("sockmap", "status", "--cgroup", cg)
-        assert table.returncode == 0 and "REDIR BYTES" in table.stdout
+            for form, redirected in status_in_other_forms(cg, tmp_path / "status.log").items():
+                assert redirected - before == 8 * MiB, form
     finally:
         disabled = ebpfkit_cli("sockmap", "disable", "--cgroup", cg)
     assert disabled.returncode == 0 and "disabled on" in disabled.stderr

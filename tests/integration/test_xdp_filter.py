@@ -24,6 +24,7 @@ import pytest
 from ebpfkit.cli import cli
 from ebpfkit.net import in_netns, xdp_attached
 from ebpfkit.output import invoke_cli
+from outputs import csv_tables, logged, table_sections
 
 pytestmark = pytest.mark.integration
 
@@ -369,6 +370,27 @@ def _sentinel(pair):
                  / UDP(dport=4001) / payload(SENTINEL, 0))
 
 
+def stats_in_other_forms(capsys, where, log) -> dict[str, tuple[dict, dict]]:
+    """`xdp filter stats` as CSV, as the table, and as the --log file kept each:
+    {form: ({rule id: packets}, {counter: packets})}."""
+    forms = {}
+    rc, out, err = ek(capsys, "--log", log, "--format", "csv", "xdp", "filter", "stats", *where)
+    assert rc == 0, err
+    rules, totals = csv_tables(out)
+    forms["csv"] = ({int(r["id"]): int(r["packets"]) for r in rules},
+                    {t["counter"]: int(t["packets"]) for t in totals})
+    rc, out, err = ek(capsys, "--log", log, "--no-color", "xdp", "filter", "stats", *where)
+    assert rc == 0, err
+    table = table_sections(out, ["rules", "totals"])  # id, rule..., packets, bytes, pps, bps
+    forms["table"] = ({int(r[0]): int(r[-4]) for r in table["rules"]},
+                      {t[0]: int(t[1]) for t in table["totals"]})
+    for index, doc in enumerate(logged(log, "xdp.filter.stats")):
+        forms[f"log {index}"] = ({r["id"]: r["packets"] for r in doc["rules"]},
+                                 {t["counter"]: t["packets"] for t in doc["totals"]})
+    assert len(forms) == 4
+    return forms
+
+
 def _filter_args(pair):
     return ["--iface", pair.a.ifname, "--netns", pair.a.netns]
 
@@ -423,6 +445,10 @@ def test_veth_drops_exactly_the_blocked_packets(veth_pair, wire, capsys, tmp_pat
         assert totals["dropped"] == totals["matched"] == sum(expected.values())
         assert totals["would_drop"] == 0 and totals["malformed"] == 0
         assert stats["mode"] == mode and stats["default"] == "allow"
+        for form, (rules, form_totals) in stats_in_other_forms(capsys, where, tmp_path / "stats.log").items():
+            assert rules == {i: expected.get(i, 0) for i in range(1, 7)}, form
+            truth = ("dropped", "matched", "would_drop", "malformed")  # "passed" has strays (IPv6 ND)
+            assert {k: form_totals[k] for k in truth} == {k: totals[k] for k in truth}, form
 
         rc, _, err = ek(capsys, "xdp", "filter", "detach", *where)
         assert rc == 0, err

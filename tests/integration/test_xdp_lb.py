@@ -32,6 +32,7 @@ import ebpfkit
 from ebpfkit.cli import cli
 from ebpfkit.net import NetNS, in_netns, xdp_attached
 from ebpfkit.output import invoke_cli
+from outputs import csv_tables, logged, table_sections
 
 pytestmark = pytest.mark.integration
 
@@ -60,6 +61,31 @@ def ek_json(capsys, *args):
     rc, out, err = ek(capsys, "--format", "json", *args)
     assert rc == 0, err
     return json.loads(out.strip().splitlines()[-1])
+
+
+def stats_in_every_form(capsys, where, log) -> dict[str, tuple[dict, dict]]:
+    """`xdp lb stats` as JSON, CSV, the table, and as the --log file kept each:
+    {form: ({backend: packets}, {counter: packets})}."""
+    forms = {}
+    for fmt in ("json", "csv", "table"):
+        rc, out, err = ek(capsys, "--log", log, "--no-color", "--format", fmt, "xdp", "lb", "stats", *where)
+        assert rc == 0, err
+        if fmt == "json":
+            doc = json.loads(out)
+            forms[fmt] = ({r["backend"]: r["packets"] for r in doc["backends"]},
+                          {t["counter"]: t["packets"] for t in doc["totals"]})
+        elif fmt == "csv":
+            backends, totals = csv_tables(out)
+            forms[fmt] = ({r["backend"]: int(r["packets"]) for r in backends},
+                          {t["counter"]: int(t["packets"]) for t in totals})
+        else:  # slot, backend, weight, packets, ...; counter, packets, ...
+            table = table_sections(out, ["backends", "totals"])
+            forms[fmt] = ({r[1]: int(r[3]) for r in table["backends"]}, {t[0]: int(t[1]) for t in table["totals"]})
+    for index, doc in enumerate(logged(log, "xdp.lb.stats")):
+        forms[f"log {index}"] = ({r["backend"]: r["packets"] for r in doc["backends"]},
+                                 {t["counter"]: t["packets"] for t in doc["totals"]})
+    assert len(forms) == 6
+    return forms
 
 
 # --- BPF_PROG_TEST_RUN --------------------------------------------------------------------------
@@ -335,7 +361,7 @@ def _lb_args(lab):
 
 
 @pytest.mark.parametrize("mode", ["native", "generic"])
-def test_dsr_connections_spread_stick_and_survive_backend_removal(dsr_lab, capsys, mode):
+def test_dsr_connections_spread_stick_and_survive_backend_removal(dsr_lab, capsys, tmp_path, mode):
     lab = dsr_lab
     where = _lb_args(lab)
     backend_args = [a for b in BACKENDS for a in ("--backend", b)]
@@ -355,13 +381,11 @@ def test_dsr_connections_spread_stick_and_survive_backend_removal(dsr_lab, capsy
         for b in BACKENDS:
             assert abs(share[b] - n / len(BACKENDS)) <= 0.2 * n / len(BACKENDS), share
         # the LB saw every client packet; the answers went around it
-        stats = ek_json(capsys, "xdp", "lb", "stats", *where)
-        per_backend = {r["backend"]: r["packets"] for r in stats["backends"]}
-        totals = {t["counter"]: t["packets"] for t in stats["totals"]}
-        assert sum(per_backend.values()) == totals["forwarded"]
-        for b in BACKENDS:
-            assert per_backend[b] >= 3 * share[b]  # SYN, ACK, FIN(+ACK) per connection
-        assert totals["no_backend"] == 0
+        for form, (per_backend, totals) in stats_in_every_form(capsys, where, tmp_path / "stats.log").items():
+            assert sum(per_backend.values()) == totals["forwarded"], form
+            for b in BACKENDS:
+                assert per_backend[b] >= 3 * share[b], form  # SYN, ACK, FIN(+ACK) per connection
+            assert totals["no_backend"] == 0, form
 
         sample = sorted(placed)[:: max(1, n // 200)]
         again = {p: _connect(lab, p)[1] for p in sample}

@@ -65,7 +65,7 @@ def interval():
 
 def test_table_keeps_the_file_name_of_long_paths_within_the_width():
     out = io.StringIO()
-    show(Output(OutputSettings(), stream=out), interval(), keep_log=False)
+    show(Output(OutputSettings(), stream=out), interval())
     text = out.getvalue()
     assert all(len(line) <= MAX_TABLE_WIDTH for line in text.splitlines())
     assert "the-file-name.log [containerId:3f2a9c0e1b7d]" in text
@@ -77,7 +77,7 @@ def test_table_keeps_the_file_name_of_long_paths_within_the_width():
 
 def test_json_is_one_object_per_interval_with_all_fields():
     out = io.StringIO()
-    show(Output(OutputSettings(format="json"), stream=out), interval(), keep_log=False)
+    show(Output(OutputSettings(format="json"), stream=out), interval())
     (line,) = out.getvalue().splitlines()
     doc = json.loads(line)
     assert set(doc) == {"time", "interval", "disks", "disk_processes", "files"}
@@ -88,7 +88,7 @@ def test_json_is_one_object_per_interval_with_all_fields():
 
 def test_csv_has_a_header_per_view():
     out = io.StringIO()
-    show(Output(OutputSettings(format="csv"), stream=out), interval(), keep_log=False)
+    show(Output(OutputSettings(format="csv"), stream=out), interval())
     lines = out.getvalue().splitlines()
     assert lines[0].startswith("time,disk,r_iops")
     assert any(line.startswith("time,comm,pid,disk") for line in lines)

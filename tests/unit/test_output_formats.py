@@ -213,3 +213,37 @@ def test_output_without_cli_settings_uses_defaults():
     from click.testing import CliRunner
 
     assert CliRunner().invoke(bare, []).stdout.splitlines()[1].strip() == "1"
+
+
+def two_views(out, **_):
+    wide = [{"pid": 1, "path": "/a", "bytes": 10, "extra": "x"}]
+    out.document({"files": wide, "disks": [{"disk": "sda", "ios": 3}]},
+                 [ResultTable(["pid", "path"], wide, title="Files", data_keys=["pid", "path", "bytes"]),
+                  ResultTable(["disk", "ios"], [{"disk": "sda", "ios": 3}], title="Disks")])
+
+
+def test_document_with_tables_json_prints_the_document(make_cli, runner):
+    result = runner.invoke(make_cli(two_views), ["--format", "json", "tool"])
+    assert json.loads(result.stdout) == {"files": [{"pid": 1, "path": "/a", "bytes": 10, "extra": "x"}],
+                                         "disks": [{"disk": "sda", "ios": 3}]}
+
+
+def test_document_with_tables_csv_prints_each_table_with_its_data_keys(make_cli, runner):
+    rows = list(csv.reader(io.StringIO(runner.invoke(make_cli(two_views), ["--format", "csv", "tool"]).stdout)))
+    assert [row[1:] for row in rows] == [["pid", "path", "bytes"], ["1", "/a", "10"], ["disk", "ios"], ["sda", "3"]]
+
+
+def test_document_with_tables_table_shows_the_columns_only(make_cli, runner):
+    text = runner.invoke(make_cli(two_views), ["--no-color", "tool"]).stdout
+    assert "Files" in text and "Disks" in text and "/a" in text and "sda" in text
+    assert "bytes" not in text  # a data key, not a column
+
+
+def test_several_tables_as_json_and_csv(make_cli, runner):
+    def body(out, **_):
+        out.tables([ResultTable(["a"], [[1]], title="one"), ResultTable(["b"], [[2]])])
+
+    data = json.loads(runner.invoke(make_cli(body), ["--format", "json", "tool"]).stdout)
+    assert data["tables"] == [{"title": "one", "rows": [{"a": 1}]}, {"rows": [{"b": 2}]}]
+    rows = list(csv.reader(io.StringIO(runner.invoke(make_cli(body), ["--format", "csv", "tool"]).stdout)))
+    assert [row[1:] for row in rows] == [["a"], ["1"], ["b"], ["2"]]

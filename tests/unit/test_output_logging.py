@@ -1,10 +1,12 @@
 import json
 import logging
+from datetime import datetime
 
 import click
 import pytest
 
-from ebpfkit.output import get_logger, parse_size, setup_logging
+from ebpfkit.histogram import Log2Histogram
+from ebpfkit.output import ResultTable, get_logger, parse_size, setup_logging
 from ebpfkit.output.logs import event_log_enabled, level_for
 
 
@@ -45,6 +47,11 @@ def test_levels():
     assert get_logger("ebpfkit.engine").name == "ebpfkit.engine"
 
 
+def log_lines(*paths) -> list[dict]:
+    """Every line of the --log files, parsed: each must be one JSON object."""
+    return [json.loads(line) for path in paths for line in path.read_text().splitlines()]
+
+
 def test_log_file_rotation(make_cli, runner, tmp_path):
     log = tmp_path / "ebpfkit.log"
 
@@ -59,8 +66,10 @@ def test_log_file_rotation(make_cli, runner, tmp_path):
     assert files == ["ebpfkit.log", "ebpfkit.log.1", "ebpfkit.log.2", "ebpfkit.log.3"]
     for path in tmp_path.iterdir():
         assert 0 < path.stat().st_size <= 2048
-    assert "record 0399" in log.read_text()  # newest record in the live file
-    assert "INFO" in log.read_text() and "ebpfkit.tools.tool" in log.read_text()
+    kept = log_lines(*(tmp_path / name for name in reversed(files)))  # oldest file first
+    numbers = [int(line["message"].split()[1]) for line in kept]
+    assert numbers == list(range(numbers[0], 400))  # the newest, none missing in between
+    assert {(line["level"], line["logger"]) for line in kept} == {("INFO", "ebpfkit.tools.tool")}
     assert "record" not in result.stderr  # INFO goes to the file, not the console (no -v)
 
 
@@ -68,15 +77,45 @@ def test_event_records_go_only_to_the_log_file(make_cli, runner, tmp_path):
     log = tmp_path / "events.log"
 
     def body(out, **_):
-        out.event({"pid": 1})
         out.log_event({"pid": 1, "comm": b"ping\0", "rtt_us": 87})
 
     result = runner.invoke(make_cli(body), ["--log", str(log), "tool"])
     assert result.exit_code == 0, result.output
-    line = log.read_text().splitlines()[0]
-    assert "ebpfkit.events.tool" in line
-    assert json.loads(line.split(": ", 1)[1]) == {"pid": 1, "comm": "ping", "rtt_us": 87}
+    (line,) = log_lines(log)
+    assert datetime.fromisoformat(line.pop("time"))
+    assert line == {"tool": "tool", "pid": 1, "comm": "ping", "rtt_us": 87}
     assert "rtt_us" not in result.stderr and "rtt_us" not in result.stdout
+
+
+def tables_and_events(out, **_):
+    out.warn("about to print")
+    out.table(ResultTable(["pid", "comm"], [[1, "init"]], title="procs"))
+    out.histogram(Log2Histogram.from_counts([0, 2], unit="usecs"))
+    out.document({"answer": 42}, ResultTable(["answer"], [[42]]))
+    out.document({"state": "quiet"})
+    out.event({"pid": 7, "comm": b"cat\0"})
+
+
+@pytest.mark.parametrize("fmt", ["table", "json", "csv"])
+def test_every_result_goes_to_the_log_as_its_json_form_in_every_format(make_cli, runner, tmp_path, fmt):
+    log = tmp_path / "results.log"
+    result = runner.invoke(make_cli(tables_and_events), ["--log", str(log), "--format", fmt, "tool"])
+    assert result.exit_code == 0, result.output
+    lines = log_lines(log)
+    assert all(datetime.fromisoformat(line.pop("time")) for line in lines)
+    assert lines == [
+        {"level": "WARNING", "logger": "ebpfkit.tools.tool", "message": "about to print"},
+        {"tool": "tool", "title": "procs", "rows": [{"pid": 1, "comm": "init"}]},
+        {"tool": "tool", "type": "log2", "unit": "usecs", "buckets": [{"low": 2, "high": 3, "count": 2}],
+         "total": 2},
+        {"tool": "tool", "answer": 42},
+        {"tool": "tool", "state": "quiet"},
+        {"tool": "tool", "pid": 7, "comm": "cat"},
+    ]
+    if fmt == "json":  # what stdout printed is what the log kept
+        printed = [json.loads(line) for line in result.stdout.splitlines()]
+        assert [p.get("rows", p.get("answer", p.get("state", p.get("pid")))) for p in printed] == \
+            [[{"pid": 1, "comm": "init"}], None, 42, "quiet", 7]
 
 
 def test_event_log_is_a_no_op_without_log_file(tmp_path):

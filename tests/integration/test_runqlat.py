@@ -1,0 +1,210 @@
+"""runqlat against the real kernel: two CPU-bound processes pinned to one CPU wait for each
+other in its run queue, and the kernel's own account of it (/proc/PID/schedstat: how often
+each ran, how long it waited runnable) is the ground truth for the per-process histograms,
+in every output format and in the --log file."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from contextlib import ExitStack
+from dataclasses import dataclass
+
+import pytest
+
+from outputs import logged
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(os.geteuid() != 0, reason="loads BPF programs: needs root"),
+]
+
+CPU = max(os.sched_getaffinity(0))
+SPIN_SECONDS = 0.3  # of CPU time, each
+
+# Pinned to CPU; on "go", burns SPIN_SECONDS of CPU time and exits.
+SPINNER = f"""
+import os, sys, time
+os.sched_setaffinity(0, {{{CPU}}})
+sys.stdin.readline()
+end = time.process_time() + {SPIN_SECONDS}
+while time.process_time() < end:
+    pass
+"""
+
+
+@dataclass
+class Truth:
+    pid: int
+    runs: int         # times it was switched in (schedstat's pcount)
+    waited_us: float  # time spent runnable in the run queue (schedstat's run_delay)
+
+
+def spin_two_on_one_cpu() -> list[Truth]:
+    """Run two SPINNERs together on CPU; what the kernel accounted for each over its whole
+    life (read once it has exited and before it is reaped: a zombie keeps its schedstat)."""
+    with ExitStack() as stack:
+        procs = []
+        for _ in range(2):
+            proc = subprocess.Popen([sys.executable, "-c", SPINNER], stdin=subprocess.PIPE, text=True)
+            stack.callback(_reap, proc)
+            procs.append(proc)
+        for proc in procs:
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        truths = []
+        for proc in procs:
+            os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+            with open(f"/proc/{proc.pid}/schedstat") as f:
+                _, run_delay_ns, pcount = map(int, f.read().split())
+            truths.append(Truth(proc.pid, pcount, run_delay_ns / 1000))
+    return truths
+
+
+def _reap(proc):
+    proc.stdin.close()
+    if proc.poll() is None:
+        proc.kill()
+    assert proc.wait(timeout=10) in (0, -9)
+
+
+class Runqlat:
+    """`ebpfkit ARGS runqlat -P` in a child process, tracing once its banner is out; stop()
+    sends Ctrl-C, which prints the histograms."""
+
+    def __init__(self, *args: str):
+        env = dict(os.environ, NO_COLOR="1")
+        self.proc = subprocess.Popen([sys.executable, "-m", "ebpfkit", *args], env=env, text=True,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.banner = ""
+        for line in self.proc.stderr:
+            self.banner += line
+            if "Hit Ctrl-C" in line:
+                return
+        self.stop()
+        raise AssertionError(f"runqlat did not start (exit {self.proc.returncode}): {self.stderr}")
+
+    def stop(self) -> str:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+        self.stdout, stderr = self.proc.communicate(timeout=30)
+        self.stderr = self.banner + stderr
+        assert self.proc.returncode == 0, self.stderr
+        return self.stdout
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate()
+
+
+def traced(*args: str) -> tuple[list[Truth], str]:
+    """The two spinners, traced by `ebpfkit ARGS`: (ground truth, the tool's stdout)."""
+    tool = Runqlat(*args)
+    try:
+        truths = spin_two_on_one_cpu()
+        return truths, tool.stop()
+    finally:
+        tool.kill()
+
+
+# --- each format, parsed to {pid: {(low, high): count}} --------------------------------------
+
+def from_dicts(histograms: list[dict]) -> dict[int, dict]:
+    result = {}
+    for h in histograms:
+        assert h["unit"] == "usecs" and h["type"] == "log2"
+        pid = int(h["label"].split()[2])  # "pid = 1234 python3"
+        result[pid] = {(b["low"], b["high"]): b["count"] for b in h["buckets"] if b["count"]}
+    return result
+
+
+def from_json(text: str) -> dict[int, dict]:
+    (line,) = text.splitlines()
+    return from_dicts(json.loads(line)["histograms"])
+
+
+def from_csv(text: str) -> dict[int, dict]:
+    result: dict[int, dict] = {}
+    for row in csv.DictReader(io.StringIO(text)):
+        assert row["unit"] == "usecs"
+        if int(row["count"]):
+            pid = int(row["label"].split()[2])
+            result.setdefault(pid, {})[(int(row["low"]), int(row["high"]))] = int(row["count"])
+    return result
+
+
+LABEL = re.compile(r"^pid = (\d+) ")
+BUCKET = re.compile(r"^\s*(\d+) -> (\d+)\s+: (\d+)\s+\|")
+
+
+def from_table(text: str) -> dict[int, dict]:
+    """BCC's layout: a "pid = N comm" line, a header, then "low -> high : count |***|" lines."""
+    result: dict[int, dict] = {}
+    current = None
+    for line in text.splitlines():
+        if (m := LABEL.match(line)):
+            current = result.setdefault(int(m[1]), {})
+        elif (m := BUCKET.match(line)) and int(m[3]):
+            current[(int(m[1]), int(m[2]))] = int(m[3])
+    return result
+
+
+def check_against_schedstat(histograms: dict[int, dict], truths: list[Truth]) -> None:
+    for truth in truths:
+        buckets = histograms.get(truth.pid)
+        assert buckets, f"no histogram for pid {truth.pid}: {sorted(histograms)}"
+        # they really waited for each other: each ran while the other was runnable
+        assert truth.waited_us >= 0.5 * SPIN_SECONDS * 1e6, truth
+        # one wait per time it was switched in (but for a few: a task preempted between
+        # setting a sleeping state and schedule() still waits runnable, and runqlat, as
+        # BCC's, only sees its state) ...
+        assert abs(sum(buckets.values()) - truth.runs) <= max(2, truth.runs // 100), (buckets, truth)
+        # ... and the waits, each in [low, high + 1) µs, add up to what the kernel accounted
+        least = sum(low * n for (low, _), n in buckets.items())
+        most = sum((high + 1) * n for (_, high), n in buckets.items())
+        assert least * 0.95 - 100 <= truth.waited_us <= most * 1.05 + 100, (buckets, truth)
+
+
+@pytest.mark.parametrize("fmt, parse", [("table", from_table), ("json", from_json), ("csv", from_csv)])
+def test_per_process_waits_match_the_kernels_account(tmp_path, fmt, parse):
+    log = tmp_path / "runqlat.log"
+    truths, stdout = traced("--format", fmt, "--log", str(log), "runqlat", "-P")
+    check_against_schedstat(parse(stdout), truths)
+    (record,) = logged(log, "runqlat")  # the --log file keeps the same result, in every format
+    check_against_schedstat(from_dicts(record["histograms"]), truths)
+
+
+def test_single_histogram_counts_both(tmp_path):
+    truths, stdout = traced("--format", "json", "runqlat")
+    (histogram,) = json.loads(stdout)["histograms"]
+    assert "label" not in histogram
+    assert histogram["total"] >= sum(t.runs for t in truths) - 4  # and everything else that ran
+
+
+@pytest.mark.parametrize("backups", [100, 2])
+def test_log_rotation_keeps_the_newest_results_whole(tmp_path, backups):
+    """A small --log-size rotates the file many times: the files kept hold the newest
+    results, in order, none lost in between (all of them when there are backups enough)."""
+    log = tmp_path / "runqlat.log"
+    intervals = 30
+    result = subprocess.run([sys.executable, "-m", "ebpfkit", "--format", "json", "--log", str(log),
+                             "--log-size", "2K", "--log-backup", str(backups), "runqlat", "-P",
+                             "0.05", str(intervals)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    printed = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(printed) == intervals
+    files = sorted(tmp_path.iterdir(), key=lambda p: int(p.suffix[1:]) if p.suffix != ".log" else 0,
+                   reverse=True)  # oldest first
+    kept = [r for path in files for r in logged(path, "runqlat")]
+    if backups >= intervals:
+        assert len(files) > 2 and kept == printed
+    else:
+        assert len(files) == backups + 1
+        assert 0 < len(kept) < intervals and kept == printed[-len(kept):]
