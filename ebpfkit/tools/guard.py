@@ -12,7 +12,7 @@ import time
 import click
 
 from ..errors import EbpfkitError, NotSupportedError
-from ..output import Column, Output, tool_options
+from ..output import Column, Output, ResultTable, tool_options
 
 EXAMPLES = """\b
 Examples:
@@ -32,9 +32,12 @@ reloads by itself when the policy file changes (a bad version is logged and igno
 """
 
 
-def _say(msg: str, *args) -> None:
-    """A command's result, on stdout (out.info is diagnostics, hidden by default)."""
-    click.echo(msg % args if args else msg)
+def _fields(record: dict, title: str) -> ResultTable:
+    """A record as a two-column table, for people (JSON and --log get the record itself)."""
+    rows = [(key, ", ".join(map(str, value)) if isinstance(value, list) else value)
+            for key, value in record.items()]
+    return ResultTable([Column("FIELD", key="field", align="left"), Column("VALUE", key="value", align="left")],
+                       rows, title=title)
 
 
 def _load_policy(path: str):
@@ -68,11 +71,9 @@ def check(policy):
         out.warn("%s", w)
     record = {"valid": True, **parsed.to_dict(), "resolved": {
         "protected": len(protected), "trusted": len(trusted), "processes": len(exe)}, "warnings": warnings}
-    if out.format == "json":
-        out.document(record)
-    else:
-        _say("%s: valid (mode %s; %d protected, %d trusted, %d processes resolved)",
-                 policy, parsed.mode, len(protected), len(trusted), len(exe))
+    out.document(record)  # printed in JSON; the banner says it to people
+    out.banner(f"{policy}: valid (mode {parsed.mode}; {len(protected)} protected, {len(trusted)} trusted, "
+               f"{len(exe)} processes resolved)")
 
 
 @guard.command(epilog=EXAMPLES)
@@ -117,11 +118,8 @@ def start(policy, audit, timeout):
         raise EbpfkitError(f"guard agent failed: {message or 'no answer'}",
                            hint=f"its output is in {core.STATE_DIR}/agent.err")
     record = core.status()
-    if out.format == "json":
-        out.document(record)
-    else:
-        _say("guard %s: pinned in %s, agent pid %s, log %s", record["mode"], core.PIN_DIR,
-                 proc.pid, core.LOG_FILE)
+    out.document(record)
+    out.banner(f"guard {record['mode']}: pinned in {core.PIN_DIR}, agent pid {proc.pid}, log {core.LOG_FILE}")
 
 
 def _read_ready(fd: int, timeout: float) -> str:
@@ -155,7 +153,8 @@ def reload(policy):
     warnings = core.reload(policy)  # PolicyError (exit 2), GuardError (exit 4 if untrusted)
     for w in warnings:
         out.warn("%s", w)
-    _say("guard policy reloaded from %s", policy)
+    out.document({"reloaded": os.path.abspath(policy), "warnings": warnings})
+    out.banner(f"guard policy reloaded from {policy}")
 
 
 @guard.command(epilog=EXAMPLES)
@@ -167,8 +166,9 @@ def stop():
 
     out = Output.from_context()
     stopped = core.stop()  # GuardError (exit 4) from an untrusted subject, nothing removed
+    out.document({"stopped": stopped, "removed": core.PIN_DIR if stopped else None})
     if stopped:
-        _say("guard stopped: %s removed", core.PIN_DIR)
+        out.banner(f"guard stopped: {core.PIN_DIR} removed")
     else:
         out.warn("the guard is not running")
 
@@ -181,14 +181,7 @@ def status():
 
     out = Output.from_context()
     record = core.status()
-    if out.format == "json":
-        out.document(record)
-        return
-    if record["state"] == "stopped":
-        _say("guard: not running")
-        return
-    for key, value in record.items():
-        _say("%-22s %s", key + ":", ", ".join(value) if isinstance(value, list) else value)
+    out.document(record, _fields(record, "guard"))
 
 
 LOG_COLUMNS = (Column("TIME", key="time", format=lambda t: time.strftime("%H:%M:%S", time.localtime(t))),

@@ -2,6 +2,7 @@
 nothing pinned. The host lists bpf in /sys/kernel/security/lsm but refuses LSM programs
 (EPERM), so the reason names that; a kernel without bpf in the list gets the other one."""
 
+import json
 import os
 import subprocess
 import sys
@@ -33,7 +34,8 @@ def test_start_refuses_without_bpf_lsm(tmp_path):
         assert "lsm=" in result.stderr  # how to enable it
     assert "VM harness" in result.stderr or "lsm=" in result.stderr
     assert not os.path.exists(core.PIN_DIR)
-    assert run("status").stdout.strip() == "guard: not running"
+    assert json.loads(run("status", "--format", "json").stdout) == {"state": "stopped"}
+    assert "stopped" in run("status").stdout.split()
 
 
 def test_invalid_policy_exits_2_before_probing(tmp_path):
