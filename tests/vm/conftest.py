@@ -30,3 +30,26 @@ def vm_kernel(request, host_only):
         if request.config.getoption("vm_missing", "fail") == "skip":
             pytest.skip(reason)
         pytest.fail(reason, pytrace=False)
+
+
+# --- objects the host builds for the guest --------------------------------------------------
+
+HOST_PREBUILT = "host_prebuilt"
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", f"{HOST_PREBUILT}: a VM test loading the prebuilt CO-RE objects "
+                                       "the host builds before the boot (into ebpfkit/programs/prebuilt)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """On the host, before any boot: make the prebuilt objects current, against the host's BTF
+    (the guest sees this tree read-only; `ebpfkit build` leaves current objects alone)."""
+    if in_vm() or not any(item.get_closest_marker(HOST_PREBUILT) for item in items):
+        return
+    from ebpfkit.engine.prebuilt import build_all
+
+    try:
+        build_all()
+    except EbpfkitError as exc:
+        raise pytest.UsageError(f"cannot build the prebuilt CO-RE objects the VM tests load: {exc}") from None
