@@ -5,6 +5,8 @@ naming the package (scripts/setup.sh --test installs them), unless --vm-missing=
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 from ebpfkit.errors import EbpfkitError
@@ -30,6 +32,19 @@ def vm_kernel(request, host_only):
         if request.config.getoption("vm_missing", "fail") == "skip":
             pytest.skip(reason)
         pytest.fail(reason, pytrace=False)
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """A fresh tmpfs the test mounts, where the (device, inode) the hooks see is what stat()
+    says (the guest's /tmp is an overlay, where it is not)."""
+    path = tmp_path / "fs"
+    path.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "ebpfkit-test", str(path)], check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
 
 
 # --- objects the host builds for the guest --------------------------------------------------

@@ -102,19 +102,6 @@ def test_runqlat_counts_the_wakeups_of_a_process(every_program):
             child.wait()
 
 
-@pytest.fixture
-def tmpfs(tmp_path):
-    """A tmpfs the test mounts: the (device, inode) the hooks see is what stat() says (the
-    guest's /tmp is an overlay)."""
-    path = tmp_path / "fs"
-    path.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "prebuilt-vm", str(path)], check=True)
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
-
-
 def test_iofsstat_counts_a_writes_bytes_with_fexit(iofsstat_run, tmpfs):
     target = tmpfs / "dir" / "written.bin"
     target.parent.mkdir()
