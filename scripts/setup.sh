@@ -78,6 +78,15 @@ echo "== installing ebpfkit[$extras] into .venv"
 # compat mode: the editable install is a plain path in a .pth file; the default mode's
 # import-hook finder costs every `ebpfkit` start ~15-20 ms of imports (pathlib, re, ...)
 .venv/bin/pip install -q --disable-pip-version-check -e ".[$extras]" --config-settings editable_mode=compat
+# the install also compiled every program into ebpfkit/programs/prebuilt (setup.py; from the
+# object cache when nothing changed), where the engine looks when clang is missing. pip hides
+# that step's output, so say here whether it worked
+unbuilt=$(.venv/bin/python -c 'from ebpfkit.engine.prebuilt import missing; print(" ".join(missing()))')
+if [ -n "$unbuilt" ]; then
+  echo "== WARNING: no prebuilt CO-RE object for: $unbuilt (.venv/bin/ebpfkit build says why)" >&2
+else
+  echo "== prebuilt CO-RE objects in ebpfkit/programs/prebuilt"
+fi
 # an editable install leaves byte-compiling to the first run (or to nobody, under
 # PYTHONDONTWRITEBYTECODE); do it now, as a regular install would, for fast starts
 .venv/bin/python -m compileall -q -j 0 ebpfkit >/dev/null

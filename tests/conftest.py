@@ -397,3 +397,72 @@ class IofsstatRun:
 def iofsstat_run():
     """The IofsstatRun class (a fixture, so module-scoped fixtures can use it too)."""
     return IofsstatRun
+
+
+# --- every program of an object, attached where this kernel allows ---------------------------
+
+# the feature probe (ebpfkit.features) that says whether this kernel runs a section kind
+_SECTION_FEATURE = {"tp": "tracepoint", "tracepoint": "tracepoint", "raw_tp": "raw_tp", "tp_btf": "tp_btf",
+                    "fentry": "fentry", "fexit": "fexit", "lsm": "lsm", "kprobe": "kprobe",
+                    "kretprobe": "kprobe", "xdp": "xdp_native", "sockops": "sockops", "sk_msg": "sk_msg",
+                    "sk_skb": "sk_msg"}
+
+
+class EveryProgram:
+    """Loads an ObjectSpec with every program this kernel runs (as its feature probes say) and
+    attaches each on a hook of its kind: tracing and LSM programs where their section names,
+    XDP on a veth in a namespace the test made, sockops on a child cgroup, sk_msg/sk_skb on
+    the object's SOCKHASH. Everything is closed at the end of the test."""
+
+    def __init__(self, veth_pair, netns, cgroup):
+        self.veth, self.netns, self.cgroup = veth_pair, netns, cgroup
+        self.objects = []
+
+    @staticmethod
+    def feature(section: str) -> str:
+        kind = section.split("/")[0].split(".")[0]
+        if kind not in _SECTION_FEATURE:
+            raise AssertionError(f"no attach rule for SEC(\"{section}\"): add one to tests/conftest.py")
+        return _SECTION_FEATURE[kind]
+
+    def __call__(self, spec):
+        """(obj, links by program name, the programs left out with the probe's reason)."""
+        from ebpfkit.engine import features
+
+        refused = {}
+        for name, prog in spec.programs.items():
+            probe = features.probe(self.feature(prog.section))
+            prog.autoload = probe.supported
+            if not probe.supported:
+                refused[name] = f"{probe.name}: {probe.reason}"
+        obj = spec.load()
+        self.objects.append(obj)
+        links = {name: self._attach(obj, prog) for name, prog in obj.programs.items() if name not in refused}
+        return obj, links, refused
+
+    def _attach(self, obj, prog):
+        kind = self.feature(prog.section)
+        if kind == "xdp_native":
+            return self.netns.run(prog.attach_xdp, self.veth.a.ifindex, "native")
+        if kind == "sockops":
+            return prog.attach_cgroup(self.cgroup.path)
+        if kind == "sk_msg":
+            from ebpfkit.engine.constants import MapType
+
+            sockhash = next(m for m in obj.maps.values() if m.type in (MapType.SOCKHASH, MapType.SOCKMAP))
+            return prog.attach_sockmap(sockhash)
+        return prog.attach()
+
+    def close(self):
+        for obj in self.objects:
+            obj.close()
+
+
+@pytest.fixture
+def every_program(veth_pair, netns, child_cgroup):
+    """EveryProgram: ``every_program(spec)`` loads and attaches what this kernel allows."""
+    attacher = EveryProgram(veth_pair, netns, child_cgroup)
+    try:
+        yield attacher
+    finally:
+        attacher.close()

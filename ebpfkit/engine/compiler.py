@@ -173,6 +173,11 @@ def libbpf_include_dir() -> str:
                             hint="apt-get install libbpf-dev (or set EBPFKIT_LIBBPF_INCLUDE)")
 
 
+def prebuilt_object(name: str, directory: str | None = None) -> str:
+    """Where the prebuilt CO-RE object of the shipped program ``name`` (runqlat.bpf.c) is."""
+    return os.path.join(directory or PREBUILT_DIR, name.removesuffix(".c") + ".o")
+
+
 class Source(namedtuple("_Source", "name text path", defaults=(None,))):
     """A program to compile: a file (``path``), or ``text`` with a ``name`` used in messages."""
 
@@ -234,8 +239,9 @@ class Compiler:
             log.debug("cache hit for %s: %s", source.name, obj)
             return obj
         if self.clang is None:
-            prebuilt = os.path.join(PREBUILT_DIR, source.name.removesuffix(".c") + ".o")
-            if source.path and os.path.exists(prebuilt):
+            prebuilt = prebuilt_object(source.name)
+            # only for ebpfkit's own programs: a user's runqlat.bpf.c is another program
+            if source.path and os.path.dirname(source.path) == PROGRAMS_DIR and os.path.exists(prebuilt):
                 log.info("clang not found; using the prebuilt CO-RE object %s", prebuilt)
                 return prebuilt
             raise NotSupportedError("clang", f"cannot compile {source.name}: no clang >= {MIN_CLANG} found",

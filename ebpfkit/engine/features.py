@@ -462,10 +462,19 @@ def _probe_clang(name, lbl):
     except NotSupportedError as exc:
         return Probe(name, lbl, UNSUPPORTED, str(exc))
     if clang is None:
-        return Probe(name, lbl, UNSUPPORTED, f"no clang >= {MIN_CLANG} found on PATH")
+        return Probe(name, lbl, UNSUPPORTED, f"no clang >= {MIN_CLANG} ({_prebuilt_state()})")
     version = ".".join(map(str, clang.version()))
     return Probe(name, lbl, SUPPORTED, f"clang {version} at {clang.path}", value=version,
                  detail=clang.version_text())
+
+
+def _prebuilt_state() -> str:
+    """What runs without clang: ebpfkit's own programs, from their prebuilt CO-RE objects."""
+    from .compiler import PREBUILT_DIR
+    from .prebuilt import missing, program_sources
+
+    total = len(program_sources())
+    return f"ebpfkit's programs: {total - len(missing())} of {total} prebuilt, in {PREBUILT_DIR}"
 
 
 @_register("type_walk", "C type-name walk (fast cold compiles)")

@@ -26,7 +26,20 @@ def build(out_dir):
     from ..output import ResultTable
 
     out = Output.from_context()
-    target = out_dir or PREBUILT_DIR
+    target = out_dir or Path(PREBUILT_DIR)
+    _make_dir(target)
     built = build_all(target, progress=lambda name: out.info("compiling %s", name))
-    out.table(ResultTable(["object", "bytes"], [(str(p), p.stat().st_size) for p in built],
-                          title=f"{len(built)} CO-RE objects in {target}"))
+    written = sum(b.written for b in built)
+    out.table(ResultTable(["object", "bytes", "written"],
+                          [(str(b.path), b.path.stat().st_size, "yes" if b.written else "no (current)")
+                           for b in built],
+                          title=f"{len(built)} CO-RE objects in {target} ({written} written)"))
+
+
+def _make_dir(path: Path) -> None:
+    """Create the output directory first: a path that cannot be one is the caller's mistake (exit 2)."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise click.BadParameter(f"cannot create directory {path}: {exc.strerror}",
+                                 param_hint="'--out-dir'") from None

@@ -5,6 +5,8 @@ naming the package (scripts/setup.sh --test installs them), unless --vm-missing=
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 from ebpfkit.errors import EbpfkitError
@@ -30,3 +32,39 @@ def vm_kernel(request, host_only):
         if request.config.getoption("vm_missing", "fail") == "skip":
             pytest.skip(reason)
         pytest.fail(reason, pytrace=False)
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """A fresh tmpfs the test mounts, where the (device, inode) the hooks see is what stat()
+    says (the guest's /tmp is an overlay, where it is not)."""
+    path = tmp_path / "fs"
+    path.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "ebpfkit-test", str(path)], check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+# --- objects the host builds for the guest --------------------------------------------------
+
+HOST_PREBUILT = "host_prebuilt"
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", f"{HOST_PREBUILT}: a VM test loading the prebuilt CO-RE objects "
+                                       "the host builds before the boot (into ebpfkit/programs/prebuilt)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """On the host, before any boot: make the prebuilt objects current, against the host's BTF
+    (the guest sees this tree read-only; `ebpfkit build` leaves current objects alone)."""
+    if in_vm() or not any(item.get_closest_marker(HOST_PREBUILT) for item in items):
+        return
+    from ebpfkit.engine.prebuilt import build_all
+
+    try:
+        build_all()
+    except EbpfkitError as exc:
+        raise pytest.UsageError(f"cannot build the prebuilt CO-RE objects the VM tests load: {exc}") from None
