@@ -431,13 +431,15 @@ class EveryProgram:
 
         refused = {}
         for name, prog in spec.programs.items():
+            if not prog.autoload:  # left out by the caller (e.g. the other kernel's variant)
+                continue
             probe = features.probe(self.feature(prog.section))
             prog.autoload = probe.supported
             if not probe.supported:
                 refused[name] = f"{probe.name}: {probe.reason}"
         obj = spec.load()
         self.objects.append(obj)
-        links = {name: self._attach(obj, prog) for name, prog in obj.programs.items() if name not in refused}
+        links = {name: self._attach(obj, prog) for name, prog in obj.programs.items() if prog.autoload}
         return obj, links, refused
 
     def _attach(self, obj, prog):

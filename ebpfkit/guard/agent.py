@@ -92,15 +92,21 @@ def display_paths(policy, policy_path: str | None = None) -> dict:
     return core.resolve(policy, core.self_rules(policy_path)).labels
 
 
+def match_kernel(spec) -> None:
+    """Load only the programs whose arguments are this kernel's: inode_setattr's hook has
+    the mount's idmap first from 6.12 on (a program for the other signature fails to load)."""
+    idmap = features.kernel_function_arity("bpf_lsm_inode_setattr") == 3
+    spec.programs["guard_inode_setattr_idmap"].autoload = idmap
+    spec.programs["guard_inode_setattr"].autoload = not idmap
+
+
 def load(mode: str, pin_dev: int = 0, cache: bool = True):
     """guard.bpf.c, loaded. Should a kernel's verifier refuse the verdict cache (inode
     storage on a pointer it does not trust), it is loaded without: slower, as safe."""
     import ebpfkit
 
     spec = ebpfkit.compile("guard.bpf.c")
-    idmap = features.kernel_function_arity("bpf_lsm_inode_setattr") == 3  # 6.12: (idmap, dentry, attr)
-    spec.programs["guard_inode_setattr_idmap"].autoload = idmap
-    spec.programs["guard_inode_setattr"].autoload = not idmap
+    match_kernel(spec)
     spec.rodata.update({"targ_audit": mode == "audit", "targ_agent_tgid": os.getpid(),
                         "targ_pin_dev": pin_dev, "targ_cache": cache})
     try:

@@ -52,9 +52,15 @@ def from_prebuilt(program: str):
 
 @pytest.mark.parametrize("program", PROGRAMS)
 def test_every_object_loads_and_every_program_attaches(program, every_program):
-    obj, links, refused = every_program(from_prebuilt(program))
+    spec = from_prebuilt(program)
+    if program == "guard.bpf.c":
+        from ebpfkit.guard.agent import match_kernel
+
+        match_kernel(spec)  # one of its two inode_setattr programs, the one for this kernel
+    obj, links, refused = every_program(spec)
     assert not refused, f"this VM kernel refused {refused}"
-    assert set(links) == set(obj.programs)
+    assert set(links) == {name for name, prog in obj.programs.items() if prog.autoload}
+    assert len(links) >= len(obj.programs) - 1
 
 
 @pytest.mark.parametrize("program", READS_KERNEL_STRUCTS)
