@@ -53,20 +53,12 @@ static __always_inline int enqueued(__u32 tgid, __u32 tid)
 	return 0;
 }
 
-SEC("tp_btf/sched_wakeup")
-int BPF_PROG(runqlat_wakeup, struct task_struct *p)
+static __always_inline int woken(struct task_struct *p)
 {
 	return enqueued(BPF_CORE_READ(p, tgid), BPF_CORE_READ(p, pid));
 }
 
-SEC("tp_btf/sched_wakeup_new")
-int BPF_PROG(runqlat_wakeup_new, struct task_struct *p)
-{
-	return enqueued(BPF_CORE_READ(p, tgid), BPF_CORE_READ(p, pid));
-}
-
-SEC("tp_btf/sched_switch")
-int BPF_PROG(runqlat_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
+static __always_inline int switched(struct task_struct *prev, struct task_struct *next)
 {
 	struct runqlat_hist *hist;
 	__u32 tid, key;
@@ -97,6 +89,44 @@ int BPF_PROG(runqlat_switch, bool preempt, struct task_struct *prev, struct task
 	delta /= targ_ms ? 1000000 : 1000;
 	__sync_fetch_and_add(&hist->slots[ek_hist_slot(delta, RUNQLAT_SLOTS)], 1);
 	return 0;
+}
+
+/* BTF-typed tracepoints: where the kernel has BTF of its own */
+SEC("tp_btf/sched_wakeup")
+int BPF_PROG(runqlat_wakeup, struct task_struct *p)
+{
+	return woken(p);
+}
+
+SEC("tp_btf/sched_wakeup_new")
+int BPF_PROG(runqlat_wakeup_new, struct task_struct *p)
+{
+	return woken(p);
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(runqlat_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	return switched(prev, next);
+}
+
+/* raw tracepoints: the same arguments untyped, read through CO-RE (a --btf file suffices) */
+SEC("raw_tp/sched_wakeup")
+int BPF_PROG(runqlat_wakeup_raw, struct task_struct *p)
+{
+	return woken(p);
+}
+
+SEC("raw_tp/sched_wakeup_new")
+int BPF_PROG(runqlat_wakeup_new_raw, struct task_struct *p)
+{
+	return woken(p);
+}
+
+SEC("raw_tp/sched_switch")
+int BPF_PROG(runqlat_switch_raw, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	return switched(prev, next);
 }
 
 char LICENSE[] SEC("license") = "GPL";
