@@ -307,11 +307,11 @@ def child_cgroup(request):
 # --- a running `ebpfkit iofsstat`, shared by the host and the VM tests ---------------------
 
 class IofsstatRun:
-    """`ebpfkit -v --format json iofsstat ARGS INTERVAL` in a subprocess, ready once its
-    banner is out; each JSON line it prints is an interval. ``timeout`` bounds each wait
-    (long under emulation)."""
+    """`ebpfkit -v --format json [GLOBAL_ARGS] iofsstat ARGS INTERVAL` in a subprocess, ready
+    once its banner is out; each JSON line it prints is an interval. ``timeout`` bounds each
+    wait (long under emulation)."""
 
-    def __init__(self, *args: str, interval: str = "0.3", timeout: float = 10.0):
+    def __init__(self, *args: str, interval: str = "0.3", timeout: float = 10.0, global_args=()):
         import queue
         import sys
         import threading
@@ -319,7 +319,7 @@ class IofsstatRun:
         self.timeout = timeout
         env = dict(os.environ, NO_COLOR="1")
         self.proc = subprocess.Popen([sys.executable, "-m", "ebpfkit", "-v", "--format", "json",
-                                      "iofsstat", *args, interval],
+                                      *global_args, "iofsstat", *args, interval],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         self.lines: queue.Queue = queue.Queue()
         self.stderr: list[str] = []

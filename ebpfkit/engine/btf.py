@@ -172,7 +172,7 @@ def find_kernel_btf(path: str | None = None) -> KernelBTF:
         check_btf_file(chosen)
     elif not kernel_btf_exposed():  # CO-RE relocation needs it, whatever compiles
         raise NotSupportedError(
-            "btf", f"this kernel exposes no BTF ({KERNEL_BTF} is missing) and no --btf FILE was given",
+            "btf", f"this kernel exposes no BTF ({KERNEL_BTF} is missing or empty) and no --btf FILE was given",
             hint=BTF_SOURCES_HINT)
     else:
         chosen = os.environ.get(COMPILE_BTF_ENV) or KERNEL_BTF

@@ -721,7 +721,7 @@ def kernel_btf_names(names) -> frozenset:
 
 def _btf_id(name: str) -> int:
     if not kernel_btf_exposed():
-        raise _Failed("find", 0, reason=f"needs the kernel's own BTF ({KERNEL_BTF} is missing; "
+        raise _Failed("find", 0, reason=f"needs the kernel's own BTF ({KERNEL_BTF} is missing or empty; "
                                         "a --btf file cannot stand in)")
     type_id = _vmlinux_btf_ids().get(name)
     if not type_id:

@@ -451,7 +451,7 @@ def _kernel_btf_missing(spec: ObjectSpec) -> NotSupportedError:
              if p.autoload and p.section.split("/")[0].split(".")[0] in BTF_TYPED_HOOKS]
     if not typed:
         return NotSupportedError("btf", f"{spec.name}: CO-RE relocation needs this kernel's BTF, and "
-                                        f"{KERNEL_BTF} is missing", hint=BTF_SOURCES_HINT)
+                                        f"{KERNEL_BTF} is missing or empty", hint=BTF_SOURCES_HINT)
     more = f" and {len(typed) - 3} more" if len(typed) > 3 else ""
     return NotSupportedError(
         "kernel_btf", f"{spec.name}: {', '.join(typed[:3])}{more} attach to BTF-typed hooks, which the "
