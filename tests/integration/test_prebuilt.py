@@ -43,7 +43,7 @@ def test_without_clang_the_engine_loads_the_prebuilt_object(wheel, tmp_path, mon
         spec = ebpfkit.compile("runqlat.bpf.c")
     assert any("prebuilt CO-RE object" in r.getMessage() for r in caplog.records)
     with spec.load() as obj:
-        assert len(obj.attach()) == 3  # CO-RE relocated and attached on this kernel
+        assert len(obj.attach()) == 6  # CO-RE relocated and attached on this kernel (tp_btf and raw_tp)
         import time
 
         time.sleep(0.2)
