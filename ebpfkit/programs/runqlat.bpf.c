@@ -91,42 +91,27 @@ static __always_inline int switched(struct task_struct *prev, struct task_struct
 	return 0;
 }
 
-/* BTF-typed tracepoints: where the kernel has BTF of its own */
-SEC("tp_btf/sched_wakeup")
-int BPF_PROG(runqlat_wakeup, struct task_struct *p)
-{
-	return woken(p);
-}
+/* Each hook twice: as BTF-typed tracepoints where the kernel has BTF of its own, and as raw
+ * tracepoints (the same arguments untyped, read through CO-RE: a --btf file suffices). */
+#define RUNQLAT_HOOKS(kind, suffix)                                                               \
+	SEC(#kind "/sched_wakeup")                                                                \
+	int BPF_PROG(runqlat_wakeup##suffix, struct task_struct *p)                               \
+	{                                                                                         \
+		return woken(p);                                                                  \
+	}                                                                                         \
+	SEC(#kind "/sched_wakeup_new")                                                            \
+	int BPF_PROG(runqlat_wakeup_new##suffix, struct task_struct *p)                           \
+	{                                                                                         \
+		return woken(p);                                                                  \
+	}                                                                                         \
+	SEC(#kind "/sched_switch")                                                                \
+	int BPF_PROG(runqlat_switch##suffix, bool preempt, struct task_struct *prev,              \
+		     struct task_struct *next)                                                    \
+	{                                                                                         \
+		return switched(prev, next);                                                      \
+	}
 
-SEC("tp_btf/sched_wakeup_new")
-int BPF_PROG(runqlat_wakeup_new, struct task_struct *p)
-{
-	return woken(p);
-}
-
-SEC("tp_btf/sched_switch")
-int BPF_PROG(runqlat_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
-{
-	return switched(prev, next);
-}
-
-/* raw tracepoints: the same arguments untyped, read through CO-RE (a --btf file suffices) */
-SEC("raw_tp/sched_wakeup")
-int BPF_PROG(runqlat_wakeup_raw, struct task_struct *p)
-{
-	return woken(p);
-}
-
-SEC("raw_tp/sched_wakeup_new")
-int BPF_PROG(runqlat_wakeup_new_raw, struct task_struct *p)
-{
-	return woken(p);
-}
-
-SEC("raw_tp/sched_switch")
-int BPF_PROG(runqlat_switch_raw, bool preempt, struct task_struct *prev, struct task_struct *next)
-{
-	return switched(prev, next);
-}
+RUNQLAT_HOOKS(tp_btf, )
+RUNQLAT_HOOKS(raw_tp, _raw)
 
 char LICENSE[] SEC("license") = "GPL";

@@ -70,10 +70,13 @@ class Child:
         self.proc.stdin.close()
         assert self.proc.wait(timeout=120) == 0
 
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+
+def kill(*procs: subprocess.Popen) -> None:
+    """What a failed test leaves running."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def ebpfkit(*args: str, timeout: float = WAIT) -> subprocess.CompletedProcess:
@@ -178,10 +181,7 @@ def test_runqlat_with_btf_sees_the_childs_sleeps(btf_file):
         child.run()  # well within the run's intervals: it ends on its own after them
         out, rest = tool.communicate(timeout=60)
     finally:
-        child.kill()
-        if tool.poll() is None:
-            tool.kill()
-            tool.wait()
+        kill(child.proc, tool)
     assert tool.returncode == 0, stderr + rest
     assert "hook: raw tracepoints" in stderr
     total = sum(h["total"] for line in out.splitlines() for h in json.loads(line)["histograms"])
@@ -200,7 +200,7 @@ def test_iofsstat_with_btf_counts_the_childs_writes(btf_file, tmpfs, iofsstat_ru
         child.run()
         intervals = tool.stop()
     finally:
-        child.kill()
+        kill(child.proc)
         tool.kill()
     stderr = "".join(tool.stderr)
     assert "syscall exit tracepoints" in stderr, stderr
@@ -231,10 +231,7 @@ def test_iotrace_with_btf_records_the_childs_writes(btf_file, tmpfs):
         child.run()  # well within the recording: it ends on its own
         _, stderr = tool.communicate(timeout=120)
     finally:
-        child.kill()
-        if tool.poll() is None:
-            tool.kill()
-            tool.wait()
+        kill(child.proc, tool)
     assert tool.returncode == 0 and "Traceback" not in stderr, stderr
     report = ebpfkit("--btf", str(saved), "iotrace", "report", str(record), "--format", "json")
     assert report.returncode == 0, report.stderr
