@@ -31,7 +31,8 @@ u64 opens = 0;
 SEC("tp/syscalls/sys_enter_openat")
 int count_openat(struct trace_event_raw_sys_enter *ctx)
 {
-    if ((bpf_get_current_pid_tgid() >> 32) == targ_tgid)
+    /* ctx->id: a CO-RE field relocation, so loading needs BTF from somewhere */
+    if ((bpf_get_current_pid_tgid() >> 32) == targ_tgid && ctx->id >= 0)
         __sync_fetch_and_add(&opens, 1);
     return 0;
 }
@@ -43,6 +44,15 @@ def ebpfkit_cli(*args: str, prefix=()) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "EBPFKIT_BTF"}
     return subprocess.run([*prefix, sys.executable, "-m", "ebpfkit", *args], capture_output=True, text=True,
                           timeout=120, env=dict(env, NO_COLOR="1"))
+
+
+def hidden_kernel_btf(tmp_path) -> list[str]:
+    """A command prefix running its command with an empty file bind-mounted over the kernel's
+    BTF, in a private mount namespace: the host's stays visible to everyone else."""
+    empty = tmp_path / "empty"
+    empty.write_bytes(b"")
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+            f'mount --bind "{empty}" {KERNEL_BTF} && exec "$@"', "hide"]
 
 
 @pytest.fixture
@@ -78,6 +88,24 @@ def test_program_relocated_against_a_vmlinux_elf_counts_the_tests_opens(tmp_path
     assert list(index) and all(k.startswith(f"{vmlinux}|") for k in index), index
 
 
+def test_hidden_kernel_btf_a_compiled_object_relocates_against_ebpfkit_btf(tmp_path, private_cache, saved_btf):
+    obj_path = ebpfkit.compile(text=COUNTER, name="btf_reloc.bpf.c").path
+    load = ("import ebpfkit\n"
+            "try:\n"
+            f"    ebpfkit.load({obj_path!r}).close()\n"
+            "    print('loaded')\n"
+            "except ebpfkit.NotSupportedError as exc:\n"
+            "    print(exc.feature, exc)\n")
+    hide = hidden_kernel_btf(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "EBPFKIT_BTF"}
+    without = subprocess.run([*hide, sys.executable, "-c", load], capture_output=True, text=True, env=env)
+    assert without.stdout.startswith("btf ") and "CO-RE relocation needs this kernel's BTF" in without.stdout, \
+        without.stdout + without.stderr
+    with_file = subprocess.run([*hide, sys.executable, "-c", load], capture_output=True, text=True,
+                               env=dict(env, EBPFKIT_BTF=str(saved_btf)))
+    assert with_file.stdout == "loaded\n", with_file.stdout + with_file.stderr
+
+
 def test_doctor_reports_the_file_and_the_kernels_own(saved_btf):
     result = ebpfkit_cli("--btf", str(saved_btf), "--format", "json", "doctor")
     assert result.returncode == 0, result.stderr
@@ -94,11 +122,7 @@ def test_doctor_reports_the_file_and_the_kernels_own(saved_btf):
 
 
 def test_hidden_kernel_btf_exit_3_without_the_file_raw_tracepoints_with_it(tmp_path, private_cache, saved_btf):
-    empty = tmp_path / "empty"
-    empty.write_bytes(b"")
-    # a private mount namespace: the host's /sys/kernel/btf/vmlinux stays visible to everyone else
-    hide = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-            f'mount --bind "{empty}" {KERNEL_BTF} && exec "$@"', "hide"]
+    hide = hidden_kernel_btf(tmp_path)
     without = ebpfkit_cli("runqlat", "1", "1", prefix=hide)
     assert without.returncode == 3, without.stderr
     assert "--btf FILE" in without.stderr and "btfhub" in without.stderr and "Traceback" not in without.stderr
