@@ -103,13 +103,27 @@ def btf_file(tmp_path_factory):
         env.setenv("EBPFKIT_CACHE_DIR", str(work / "cache"))
         env.delenv(COMPILE_BTF_ENV, raising=False)  # the harness compiles against the host's BTF: not here
         env.delenv("EBPFKIT_BTF", raising=False)
-        subprocess.run(["mount", "--bind", str(empty), KERNEL_BTF], check=True)
+        hidden = [KERNEL_BTF, *(p for p in libbpf_fallbacks() if os.path.exists(p))]
         try:
+            for path in hidden:
+                subprocess.run(["mount", "--bind", str(empty), path], check=True)
             assert os.stat(KERNEL_BTF).st_size == 0
             yield saved, before
         finally:
-            subprocess.run(["umount", KERNEL_BTF], check=True)
+            for path in hidden:
+                subprocess.run(["umount", path], check=False)
     assert os.stat(KERNEL_BTF).st_size == saved.stat().st_size
+
+
+def libbpf_fallbacks() -> list[str]:
+    """Where libbpf (btf__load_vmlinux_btf) looks for the kernel's BTF after sysfs: a kernel
+    without BTF has none of them either (one may hold a copy, as /lib/modules/*/build/vmlinux
+    on the machines that build ebpfkit)."""
+    release = os.uname().release
+    return [f"/boot/vmlinux-{release}", f"/lib/modules/{release}/vmlinux-{release}",
+            f"/lib/modules/{release}/build/vmlinux", f"/usr/lib/modules/{release}/kernel/vmlinux",
+            f"/usr/lib/debug/boot/vmlinux-{release}", f"/usr/lib/debug/boot/vmlinux-{release}.debug",
+            f"/usr/lib/debug/lib/modules/{release}/vmlinux"]
 
 
 @pytest.fixture
@@ -152,13 +166,20 @@ def test_doctor_reports_from_the_file(btf_file):
     assert not any(t["runs"] for t in without["tools"].values()), without["tools"]
 
 
-def test_without_btf_every_tool_exits_3_naming_btf(btf_file, tmp_path, child_cgroup, veth_pair):
-    for args in (["runqlat", "1", "1"], ["iofsstat", "1", "1"],
-                 ["iotrace", "record", "-o", str(tmp_path / "x.iot"), "--duration", "1"],
-                 ["sockmap", "enable", "--cgroup", child_cgroup.path],
-                 ["xdp", "filter", "attach", "--iface", veth_pair.a.ifname, "--netns", veth_pair.a.netns,
-                  "--src", "192.0.2.0/24"]):
-        assert_names_btf(ebpfkit(*args))
+TOOLS_WITHOUT_BTF = {
+    "runqlat": lambda tmp, request: ["runqlat", "1", "1"],
+    "iofsstat": lambda tmp, request: ["iofsstat", "1", "1"],
+    "iotrace": lambda tmp, request: ["iotrace", "record", "-o", str(tmp / "x.iot"), "--duration", "1"],
+    "sockmap": lambda tmp, request: ["sockmap", "enable", "--cgroup",
+                                     request.getfixturevalue("child_cgroup").path],
+    "xdp": lambda tmp, request: ["xdp", "filter", "attach", "--iface", "ek0", "--netns",
+                                 request.getfixturevalue("veth_pair").a.netns, "--src", "192.0.2.0/24"],
+}
+
+
+@pytest.mark.parametrize("tool", TOOLS_WITHOUT_BTF)
+def test_without_btf_the_tool_exits_3_naming_btf(btf_file, tmp_path, request, tool):
+    assert_names_btf(ebpfkit(*TOOLS_WITHOUT_BTF[tool](tmp_path, request)))
     assert not os.path.exists("/sys/fs/bpf/ebpfkit/xdp") or not os.listdir("/sys/fs/bpf/ebpfkit/xdp")
 
 
