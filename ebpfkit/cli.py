@@ -41,9 +41,10 @@ class LazyGroup(click.Group):
 
 @click.group(cls=LazyGroup, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="ebpfkit")
-@click.option("--btf", type=click.Path(exists=True, dir_okay=False), metavar="FILE",
-              help="Kernel BTF to use when the kernel has none (a BTFHub-style file); "
-                   "same as EBPFKIT_BTF.")
+@click.option("--btf", type=click.Path(), metavar="FILE",
+              help="This kernel's BTF from a file (BTFHub's <release>.btf, or a vmlinux with .BTF) for "
+                   "kernels that expose none; same as EBPFKIT_BTF. Serves CO-RE compiles and relocation; "
+                   "tp_btf/fentry/fexit/LSM hooks still need the kernel's own BTF.")
 @global_options
 def cli(btf):
     """ebpfkit: eBPF diagnostics, networking and security tools on a CO-RE runtime engine.
@@ -51,8 +52,12 @@ def cli(btf):
     Programs are compiled at run time against this kernel's BTF (cached), loaded
     through libbpf, and detached when a tool ends.
     """
+    from .engine.btf import BTF_ENV, check_btf_file
+
     if btf:
-        os.environ["EBPFKIT_BTF"] = os.path.abspath(btf)  # the engine reads it where it needs BTF
+        os.environ[BTF_ENV] = os.path.abspath(btf)  # the engine reads it where it needs BTF
+    if os.environ.get(BTF_ENV):
+        check_btf_file(os.environ[BTF_ENV])  # a bad file is a usage error before any tool runs
 
 
 def main():

@@ -39,6 +39,13 @@ class LoadError(EbpfkitError):
     """Opening or loading an object failed for a reason other than the verifier."""
 
 
+class BTFFileError(LoadError):
+    """A BTF file the user named (--btf, EBPFKIT_BTF) is missing, not BTF, or of another
+    kernel: a usage error."""
+
+    exit_code = 2
+
+
 class NotSupportedError(EbpfkitError):
     """This kernel, libbpf or machine lacks a feature ``feature``."""
 

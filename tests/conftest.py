@@ -307,13 +307,13 @@ def child_cgroup(request):
 # --- a running `ebpfkit iofsstat`, shared by the host and the VM tests ---------------------
 
 class IofsstatRun:
-    """`ebpfkit -v --format FMT [--log LOG] iofsstat ARGS INTERVAL` in a subprocess, ready once
-    its banner is out. Each interval is a JSON line on stdout in json format, else a JSON
-    line in LOG (where every format keeps it). ``timeout`` bounds each wait (long under
-    emulation)."""
+    """`ebpfkit -v --format FMT [--log LOG] [GLOBAL_ARGS] iofsstat ARGS INTERVAL` in a
+    subprocess, ready once its banner is out. Each interval is a JSON line on stdout in json
+    format, else a JSON line in LOG (where every format keeps it). ``timeout`` bounds each
+    wait (long under emulation)."""
 
     def __init__(self, *args: str, interval: str = "0.3", timeout: float = 10.0, fmt: str = "json",
-                 log=None):
+                 log=None, global_args=()):
         import queue
         import sys
         import threading
@@ -324,7 +324,7 @@ class IofsstatRun:
         env = dict(os.environ, NO_COLOR="1")
         logging = ["--log", str(log)] if log else []
         self.proc = subprocess.Popen([sys.executable, "-m", "ebpfkit", "-v", "--format", fmt, *logging,
-                                      "iofsstat", *args, interval],
+                                      *global_args, "iofsstat", *args, interval],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         self.lines: queue.Queue = queue.Queue()
         self.stdout: list[str] = []

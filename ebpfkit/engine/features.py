@@ -41,6 +41,7 @@ from typing import Any, Callable
 from ..errors import EbpfkitError, NotSupportedError, PermissionDeniedError
 from . import _libbpf as L
 from . import mounts, perf
+from .btf import BTF_ENV, BTF_SOURCES_HINT, KERNEL_BTF, check_btf_file, kernel_btf_exposed, user_btf_path
 from .constants import PERF_TYPE_TRACEPOINT, XDP_FLAGS_DRV_MODE, XDP_FLAGS_SKB_MODE
 from .constants import AttachType, MapType, ProgType
 
@@ -256,7 +257,11 @@ def require(name: str) -> Probe:
     if result.reason == _NEEDS_ROOT:
         raise PermissionDeniedError(f"{message} to find out whether {name} works here",
                                     hint="run as root (or with CAP_BPF, CAP_PERFMON, CAP_NET_ADMIN)")
-    raise NotSupportedError(name, message, hint=HINTS.get(name))
+    no_kernel_btf = name in _BTF_TYPED_PROBES and not kernel_btf_exposed()
+    raise NotSupportedError(name, message, hint=HINTS["kernel_btf" if no_kernel_btf else name])
+
+
+_BTF_TYPED_PROBES = frozenset({"tp_btf", "fentry", "fexit", "lsm"})  # the kernel checks them against its BTF
 
 
 def _result(status: str, reason: str, **kw):
@@ -432,18 +437,35 @@ def bcc_available() -> Probe:
     return probe("bcc")
 
 
-@_register("btf", "kernel BTF")
+@_register("btf", "BTF for CO-RE")
 def _probe_btf(name, lbl):
-    path = "/sys/kernel/btf/vmlinux"
+    user_file = user_btf_path()
+    if user_file:
+        check_btf_file(user_file)  # a bad file is a usage error (exit 2), not a probe result
+        size = os.stat(user_file).st_size
+        return Probe(name, lbl, SUPPORTED, f"{user_file} ({size / 1e6:.1f} MB, given by --btf/{BTF_ENV})",
+                     value=user_file)
+    kernel = probe("kernel_btf")
+    if not kernel.supported:
+        return Probe(name, lbl, kernel.status, f"{kernel.reason}; no --btf FILE given", errno=kernel.errno)
+    return Probe(name, lbl, SUPPORTED, kernel.reason, value=kernel.value)
+
+
+@_register("kernel_btf", "kernel's own BTF (tp_btf, fentry/fexit, LSM)")
+def _probe_kernel_btf(name, lbl):
+    path = KERNEL_BTF
     try:
         size = os.stat(path).st_size
         with open(path, "rb"):
             pass
     except FileNotFoundError:
-        return Probe(name, lbl, UNSUPPORTED, f"{path} is missing (kernel built without "
-                     "CONFIG_DEBUG_INFO_BTF)")
+        return Probe(name, lbl, UNSUPPORTED, f"{path} is missing (kernel built without CONFIG_DEBUG_INFO_BTF, "
+                     "or hidden): BTF-typed hooks cannot load, and no --btf file can stand in for them")
     except OSError as exc:
         return Probe(name, lbl, UNKNOWN, f"cannot read {path}: {exc.strerror}", errno=exc.errno)
+    if not size:
+        return Probe(name, lbl, UNSUPPORTED, f"{path} is empty (hidden): BTF-typed hooks cannot load, "
+                     "and no --btf file can stand in for them")
     return Probe(name, lbl, SUPPORTED, f"{path} ({size / 1e6:.1f} MB)", value=path)
 
 
@@ -730,8 +752,9 @@ def kernel_btf_names(names) -> frozenset:
 
 
 def _btf_id(name: str) -> int:
-    if not os.path.exists("/sys/kernel/btf/vmlinux"):
-        raise _Failed("find", 0, reason="no kernel BTF (/sys/kernel/btf/vmlinux)")
+    if not kernel_btf_exposed():
+        raise _Failed("find", 0, reason=f"needs the kernel's own BTF ({KERNEL_BTF} is missing or empty; "
+                                        "a --btf file cannot stand in)")
     type_id = _vmlinux_btf_ids().get(name)
     if not type_id:
         raise _Failed("find", 0, reason=f"kernel BTF has no {name}")
@@ -1119,8 +1142,9 @@ def _probe_test_run():
 _VM = "or run in the VM harness: `ebpfkit vm run`"
 _CGROUP_HINT = "needs cgroup v2 (mount -t cgroup2 none /sys/fs/cgroup) and CONFIG_CGROUP_BPF=y"
 HINTS = {
-    "btf": "use a kernel built with CONFIG_DEBUG_INFO_BTF=y, or point EBPFKIT_BTF at a BTF file "
-           "(e.g. from btfhub)",
+    "btf": BTF_SOURCES_HINT,
+    "kernel_btf": "boot a kernel built with CONFIG_DEBUG_INFO_BTF=y: BTF-typed hooks (tp_btf, fentry/fexit, "
+                  "LSM, struct_ops) are checked against the kernel's own BTF",
     "libbpf": "install libbpf >= 1.0",
     "clang": "install clang >= 11 (apt-get install clang) or set EBPFKIT_CLANG",
     "type_walk": "apt-get install gcc python3-dev, then reinstall ebpfkit (scripts/setup.sh does both)",

@@ -434,10 +434,30 @@ def _load_error(spec: ObjectSpec, err: int, log_mem: mmap.mmap, messages: list[s
                                        f"(SEC \"{prog.section if prog else '?'}\"): EPERM",
                                  hint="this program type may be locked on this kernel; "
                                       "`ebpfkit doctor` shows which hooks are available")
+    if any("vmlinux BTF" in line or "kernel BTF" in line for line in messages):
+        return _kernel_btf_missing(spec)
     if any("CO-RE relocat" in line or "failed to resolve" in line for line in messages):
         return LoadError(f"CO-RE relocation failed for {spec.name}: a kernel type or field it uses "
                          f"does not exist on this kernel\n{tail}")
     return LoadError(f"loading {spec.name} failed: {os.strerror(err)}\n{tail}")
+
+
+def _kernel_btf_missing(spec: ObjectSpec) -> NotSupportedError:
+    """libbpf found no kernel BTF: say which programs need the kernel's own (BTF-typed
+    hooks, which no --btf file can serve), else that CO-RE needs BTF from somewhere."""
+    from .btf import BTF_SOURCES_HINT, BTF_TYPED_HOOKS, KERNEL_BTF
+
+    typed = [f'{p.name} (SEC "{p.section}")' for p in spec.programs.values()
+             if p.autoload and p.section.split("/")[0].split(".")[0] in BTF_TYPED_HOOKS]
+    if not typed:
+        return NotSupportedError("btf", f"{spec.name}: CO-RE relocation needs this kernel's BTF, and "
+                                        f"{KERNEL_BTF} is missing or empty", hint=BTF_SOURCES_HINT)
+    more = f" and {len(typed) - 3} more" if len(typed) > 3 else ""
+    return NotSupportedError(
+        "kernel_btf", f"{spec.name}: {', '.join(typed[:3])}{more} attach to BTF-typed hooks, which the "
+                      f"kernel resolves in its own BTF ({KERNEL_BTF}, missing here): a --btf file serves "
+                      "CO-RE relocation only, not these hooks",
+        hint="boot a kernel built with CONFIG_DEBUG_INFO_BTF=y; `ebpfkit doctor` shows which tools run without it")
 
 
 _STATS = ("processed ", "verification time", "stack depth", "max_states_per_insn", "mark_read")

@@ -53,20 +53,12 @@ static __always_inline int enqueued(__u32 tgid, __u32 tid)
 	return 0;
 }
 
-SEC("tp_btf/sched_wakeup")
-int BPF_PROG(runqlat_wakeup, struct task_struct *p)
+static __always_inline int woken(struct task_struct *p)
 {
 	return enqueued(BPF_CORE_READ(p, tgid), BPF_CORE_READ(p, pid));
 }
 
-SEC("tp_btf/sched_wakeup_new")
-int BPF_PROG(runqlat_wakeup_new, struct task_struct *p)
-{
-	return enqueued(BPF_CORE_READ(p, tgid), BPF_CORE_READ(p, pid));
-}
-
-SEC("tp_btf/sched_switch")
-int BPF_PROG(runqlat_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
+static __always_inline int switched(struct task_struct *prev, struct task_struct *next)
 {
 	struct runqlat_hist *hist;
 	__u32 tid, key;
@@ -98,5 +90,28 @@ int BPF_PROG(runqlat_switch, bool preempt, struct task_struct *prev, struct task
 	__sync_fetch_and_add(&hist->slots[ek_hist_slot(delta, RUNQLAT_SLOTS)], 1);
 	return 0;
 }
+
+/* Each hook twice: as BTF-typed tracepoints where the kernel has BTF of its own, and as raw
+ * tracepoints (the same arguments untyped, read through CO-RE: a --btf file suffices). */
+#define RUNQLAT_HOOKS(kind, suffix)                                                               \
+	SEC(#kind "/sched_wakeup")                                                                \
+	int BPF_PROG(runqlat_wakeup##suffix, struct task_struct *p)                               \
+	{                                                                                         \
+		return woken(p);                                                                  \
+	}                                                                                         \
+	SEC(#kind "/sched_wakeup_new")                                                            \
+	int BPF_PROG(runqlat_wakeup_new##suffix, struct task_struct *p)                           \
+	{                                                                                         \
+		return woken(p);                                                                  \
+	}                                                                                         \
+	SEC(#kind "/sched_switch")                                                                \
+	int BPF_PROG(runqlat_switch##suffix, bool preempt, struct task_struct *prev,              \
+		     struct task_struct *next)                                                    \
+	{                                                                                         \
+		return switched(prev, next);                                                      \
+	}
+
+RUNQLAT_HOOKS(tp_btf, )
+RUNQLAT_HOOKS(raw_tp, _raw)
 
 char LICENSE[] SEC("license") = "GPL";

@@ -21,10 +21,11 @@ class ToolInfo:
 TOOLS: dict[str, ToolInfo] = {t.name: t for t in [
     ToolInfo("doctor", "ebpfkit.tools.doctor", "Show what this kernel allows and which tools can run."),
     ToolInfo("runqlat", "ebpfkit.tools.runqlat", "Run-queue (scheduler) latency as log2 histograms.",
-             hooks=(("tp_btf sched_wakeup/sched_switch", ("btf", "tp_btf")),)),
+             hooks=(("tp_btf sched_wakeup/sched_switch", ("btf", "kernel_btf", "tp_btf")),
+                    ("raw tracepoints sched_wakeup/sched_switch", ("btf", "raw_tp", "lockdown")))),
     ToolInfo("iofsstat", "ebpfkit.tools.iofsstat",
              "File IO per process and file (paths, containers) next to disk IO.",
-             hooks=(("fexit vfs_read/vfs_write", ("btf", "fexit", "tracepoint", "lockdown")),
+             hooks=(("fexit vfs_read/vfs_write", ("btf", "kernel_btf", "fexit", "tracepoint", "lockdown")),
                     ("syscall tracepoints", ("btf", "tracepoint", "lockdown")))),
     ToolInfo("iotrace", "ebpfkit.tools.iotrace",
              "IO latency at every layer, from the syscall to the block device, per request.",
@@ -38,7 +39,7 @@ TOOLS: dict[str, ToolInfo] = {t.name: t for t in [
                     ("generic XDP (skb)", ("btf", "xdp_generic", "bpffs")))),
     ToolInfo("guard", "ebpfkit.tools.guard",
              "Protect files and processes with BPF-LSM (policy, trust, audit; pinned agent).",
-             hooks=(("BPF-LSM", ("btf", "lsm", "lsm_active")),)),
+             hooks=(("BPF-LSM", ("btf", "kernel_btf", "lsm", "lsm_active")),)),
     ToolInfo("build", "ebpfkit.tools.build", "Compile every BPF program into prebuilt CO-RE objects."),
     ToolInfo("vm", "ebpfkit.tools.vm", "Boot another kernel in a VM and run a command (or tests) inside."),
 ]}

@@ -32,7 +32,7 @@ def doctor(fix):
     rows = [{"feature": p.label, "name": p.name, "available": _MARK[p.status], "status": p.status,
              "detail": p.reason} for p in probes.values()]
     tools = [_tool_row(info, probes) for info in TOOLS.values() if info.hooks]
-    report = {"kernel": features.kernel_release(),
+    report = {"kernel": features.kernel_release(), "btf": _btf_summary(probes),
               "features": {p.name: {"label": p.label, "status": p.status, "reason": p.reason,
                                     "value": p.value} for p in probes.values()},
               "tools": {t["tool"]: {"runs": t["runs"] == "yes", "hook": t["hook"]} for t in tools}}
@@ -41,6 +41,15 @@ def doctor(fix):
                      Column("detail", key="detail")], rows, title=f"Kernel {features.kernel_release()}"),
         ResultTable([Column("tool", key="tool"), Column("runs", key="runs"),
                      Column("hook", key="hook")], tools, title="Tools")])
+
+
+def _btf_summary(probes) -> dict:
+    """Which BTF CO-RE uses here, and whether the kernel has its own for BTF-typed hooks."""
+    from ..engine.btf import BTF_TYPED_HOOKS, user_btf_path
+
+    return {"path": probes["btf"].value, "source": "--btf" if user_btf_path() else "kernel",
+            "kernel_btf": probes["kernel_btf"].supported,
+            "needs_kernel_btf": list(BTF_TYPED_HOOKS)}
 
 
 def _tool_row(info, probes) -> dict:

@@ -30,6 +30,7 @@ def runqlat(milliseconds, per_process, pid, interval, count):
 
     out = Output.from_context()
     spec = compile_bpf("runqlat.bpf.c")
+    out.info("hook: %s", _choose_hook(spec))
     spec.rodata.update({"targ_ms": milliseconds, "targ_per_process": per_process,
                         "targ_tgid": pid or 0})
     unit = "msecs" if milliseconds else "usecs"
@@ -40,6 +41,17 @@ def runqlat(milliseconds, per_process, pid, interval, count):
         with out.live():
             for _ in intervals(interval, count):
                 out.histograms(_histograms(hists.pop_all(), unit, per_process))
+
+
+def _choose_hook(spec) -> str:
+    """tp_btf where the kernel has BTF of its own (its arguments typed, no copies), else raw
+    tracepoints, which need only CO-RE: a --btf file serves them."""
+    from ..engine import features
+
+    typed = features.probe("kernel_btf").supported
+    for prog in spec.programs.values():
+        prog.autoload = prog.section.startswith("tp_btf/") == typed
+    return "tp_btf sched_wakeup/sched_switch" if typed else "raw tracepoints sched_wakeup/sched_switch"
 
 
 def _histograms(entries, unit, per_process):

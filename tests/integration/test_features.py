@@ -25,7 +25,7 @@ pytestmark = [
 
 SUPPORTED_HERE = ["tracepoint", "raw_tp", "tp_btf", "uprobe", "perf_event", "xdp_native",
                   "xdp_generic", "tc", "sockops", "sk_msg", "cgroup_skb", "cgroup_sock_addr",
-                  "prog_test_run", "btf", "libbpf", "tracefs", "bpffs"]
+                  "prog_test_run", "btf", "kernel_btf", "libbpf", "tracefs", "bpffs"]
 UNSUPPORTED_HERE = ["kprobe", "fentry", "fexit", "lsm"]
 
 

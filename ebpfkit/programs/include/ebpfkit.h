@@ -77,12 +77,17 @@ static __always_inline __u32 ek_log2l(__u64 v)
 	return hi ? ek_log2(hi) + 32 : ek_log2(v);
 }
 
-/* The histogram slot of v, clamped to max_slots - 1. */
-static __always_inline __u32 ek_hist_slot(__u64 v, __u32 max_slots)
+/* The histogram slot of v, clamped to max_slots - 1. Clang would clamp a zero-extended
+ * copy and index with the original, which older verifiers (6.1) see as unbounded: the
+ * empty asm hides that the value fits 32 bits, so the register compared is the one used. */
+static __always_inline __u64 ek_hist_slot(__u64 v, __u32 max_slots)
 {
-	__u32 slot = ek_log2l(v);
+	__u64 slot = ek_log2l(v);
 
-	return slot < max_slots ? slot : max_slots - 1;
+	asm volatile("" : "+r"(slot));
+	if (slot >= max_slots)
+		slot = max_slots - 1;
+	return slot;
 }
 
 #endif /* __EBPFKIT_H */
