@@ -5,6 +5,8 @@ naming the package (scripts/setup.sh --test installs them), unless --vm-missing=
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from ebpfkit.errors import EbpfkitError
@@ -30,3 +32,9 @@ def vm_kernel(request, host_only):
         if request.config.getoption("vm_missing", "fail") == "skip":
             pytest.skip(reason)
         pytest.fail(reason, pytrace=False)
+
+
+@pytest.fixture
+def kernel_version() -> tuple[int, int]:
+    """(major, minor) of the kernel the test runs in: what a kernel-dependent path depends on."""
+    return tuple(int(x) for x in os.uname().release.split("-")[0].split(".")[:2])
