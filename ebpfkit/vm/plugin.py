@@ -19,7 +19,8 @@ on a shared directory (see ``results``) and are replayed in the host's session: 
 A test still running when the guest panicked or timed out fails with the console's tail.
 
 Inside the VM (``ebpfkit vm run -- pytest ...`` works too) marked tests simply run;
-one needing ``lsm=True`` is skipped where BPF-LSM is not active.
+one needing ``lsm=True`` is skipped where BPF-LSM is not active, one wanting another kernel
+(a variant of ``kernel=[...]`` included) is skipped naming both.
 
 When the VM cannot run here (no QEMU, virtme-ng, busybox or kernel), the marked tests
 FAIL, naming the package to install (scripts/setup.sh --test installs them all): CI must
