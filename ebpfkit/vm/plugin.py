@@ -246,7 +246,14 @@ class VMScheduler:
                 sys.stdout.flush()
 
         try:
-            group.vm = run(self._guest_command(group, results_file), spec, on_output=on_output)
+            command = self._guest_command(group, results_file)
+            group.vm = run(command, spec, on_output=on_output)
+            if group.vm.status == "died" and group.vm.boot_seconds is None:
+                # seen under nested KVM: an emulation failure while booting, once in a while. No
+                # test ran, so booting again is safe; a second death is reported as it is
+                self._say(f"ebpfkit vm: {group.kernel.release} died before the tests started "
+                          f"({group.vm.accel}); booting it once more")
+                group.vm = run(command, spec, on_output=on_output)
             group.results = GuestResults(self.config, results_file)
         except EbpfkitError as exc:
             group.failure = _unavailable(exc)

@@ -260,3 +260,25 @@ def test_a_kernel_list_must_name_kernels_as_strings(tmp_path, monkeypatch, capsy
     assert code != 0
     out = capsys.readouterr()
     assert "needs a non-empty list of strings" in out.out + out.err
+
+
+def test_a_guest_that_died_before_the_tests_started_is_booted_once_more(tmp_path, monkeypatch):
+    """A boot that never reached the command (a KVM emulation failure was seen) is retried
+    once: no test ran; a second death is reported as it is, and a test's own failure never retried."""
+    from ebpfkit.vm import plugin
+
+    monkeypatch.setattr(host, "require", lambda: None)
+    died = VMResult("died", None, "6.12", "kvm", 5.0, None, stderr_tail="KVM internal error")
+    exited = VMResult("exited", 1, "6.12", "kvm", 50.0, 30.0)
+    code, got = collect_nested(tmp_path, monkeypatch, MULTI_KERNEL)
+    for outcomes, boots in (([died, exited], 2), ([died, died], 2), ([exited], 1),
+                            ([VMResult("died", None, "6.12", "kvm", 40.0, 30.0)], 1)):
+        calls = []
+        monkeypatch.setattr(runner, "run", lambda command, spec, on_output=None: calls.append(spec)
+                            or outcomes[len(calls) - 1])
+        group = next(iter(got.scheduler.groups.values()))
+        said = []
+        monkeypatch.setattr(got.scheduler, "_say", said.append)
+        got.scheduler._run(group)
+        assert len(calls) == boots and group.vm is outcomes[-1]
+        assert any("booting it once more" in line for line in said) == (boots == 2), said
