@@ -26,9 +26,12 @@ fi
 # its one C module (the kernel type walk a cold start needs; without them it runs in Python).
 packages=(clang llvm libbpf1 libbpf-dev bpftool iproute2 python3 python3-venv python3-pip python3-dev gcc
           ca-certificates)
-# Tests: gcc also builds small test binaries; QEMU, a Debian kernel with its headers and busybox
-# are what the VM harness boots; nginx and wrk rebuild the sockmap load-balancer experiment.
+# Tests: gcc also builds small test binaries; QEMU, two Debian kernels with their headers (6.1,
+# and 6.12: the newest, so the VM tests' default; tests name both where the kernel decides the
+# path: sockmap links, tcx) and busybox are what the VM harness boots; nginx and wrk rebuild the
+# sockmap load-balancer experiment.
 [ "$want_test" = 1 ] && packages+=(make libc6-dev qemu-system-x86 linux-image-amd64 linux-headers-amd64
+                                   linux-image-6.12-amd64 linux-headers-6.12-amd64
                                    busybox-static nginx-light wrk)
 if [ "$want_bench" = 1 ]; then
   # gcc (above) builds the benchmark's syscall loop. BCC compiles against kernel headers: the running

@@ -236,10 +236,26 @@ def _tc_clsact(prog, ifindex: int, direction: str) -> Link:
     if err:
         raise attach_error(err, "tc", f"ifindex {ifindex} {direction}", prog.name)
     handle, priority = opts.handle, opts.priority
+    # the filter is found by ifindex in a network namespace: the attaching thread's, which need
+    # not be the one that closes the link (a tool or test attaching from inside a netns)
+    netns = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+
+    def remove_filter():
+        d = L.bpf_tc_opts(handle=handle, priority=priority)
+        err = L.lib.bpf_tc_detach(ctypes.byref(hook), ctypes.byref(d))
+        if err and abs(err) not in (2, 19):  # ENOENT/ENODEV: the filter or the device is gone already
+            log.warning("cannot detach %s from ifindex %d (clsact): %s", prog.name, ifindex, os.strerror(-err))
 
     def detach():
-        d = L.bpf_tc_opts(handle=handle, priority=priority)
-        L.lib.bpf_tc_detach(ctypes.byref(hook), ctypes.byref(d))
+        try:
+            if os.fstat(netns).st_ino == os.stat("/proc/thread-self/ns/net").st_ino:
+                remove_filter()
+            else:
+                from ..net.netns import in_netns
+
+                in_netns(f"/proc/self/fd/{netns}", remove_filter)
+        finally:
+            os.close(netns)
 
     log.info("tcx links are not available; attached %s through clsact (not auto-detached)", prog.name)
     return Link("tc", f"ifindex {ifindex} {direction} (clsact)", detach=detach)

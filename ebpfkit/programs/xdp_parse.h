@@ -117,6 +117,16 @@ static __always_inline int ek_parse_l4(void *data, void *end, __u32 off, struct 
 	return EK_PARSE_OK;
 }
 
+/* A big-endian 16-bit length as a scalar the verifier can bound: 6.1's and 6.12's drop the
+ * bounds of a byte swap, and refuse a packet pointer plus an unbounded scalar. */
+static __always_inline __u32 ek_len16(__be16 v)
+{
+	__u32 n = bpf_ntohs(v);
+
+	barrier_var(n); /* or clang, knowing n < 65536, drops the mask */
+	return n & 0xffff;
+}
+
 static __always_inline int ek_parse_ipv4(void *data, void *end, __u32 off, struct ek_pkt *p)
 {
 	struct iphdr *iph = EK_AT(data, end, off, sizeof(struct iphdr));
@@ -125,7 +135,7 @@ static __always_inline int ek_parse_ipv4(void *data, void *end, __u32 off, struc
 	if (!iph || iph->version != 4 || iph->ihl < 5)
 		return EK_PARSE_MALFORMED;
 	hlen = iph->ihl * 4;
-	tot = bpf_ntohs(iph->tot_len);
+	tot = ek_len16(iph->tot_len);
 	if (tot < hlen || !EK_AT(data, end, off, hlen) || (void *)iph + tot > end)
 		return EK_PARSE_MALFORMED; /* options or payload cut off */
 	p->family = 4;
@@ -144,7 +154,7 @@ static __always_inline int ek_parse_ipv6(void *data, void *end, __u32 off, struc
 
 	if (!ip6h || ip6h->version != 6)
 		return EK_PARSE_MALFORMED;
-	if ((void *)(ip6h + 1) + bpf_ntohs(ip6h->payload_len) > end)
+	if ((void *)(ip6h + 1) + ek_len16(ip6h->payload_len) > end)
 		return EK_PARSE_MALFORMED;
 	p->family = 6;
 	__builtin_memcpy(p->src, &ip6h->saddr, 16);

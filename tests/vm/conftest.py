@@ -5,6 +5,7 @@ naming the package (scripts/setup.sh --test installs them), unless --vm-missing=
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 import pytest
@@ -68,3 +69,8 @@ def pytest_collection_modifyitems(config, items):
         build_all()
     except EbpfkitError as exc:
         raise pytest.UsageError(f"cannot build the prebuilt CO-RE objects the VM tests load: {exc}") from None
+
+
+def kernel_version() -> tuple[int, int]:
+    """(major, minor) of the kernel the test runs in: what a kernel-dependent path depends on."""
+    return tuple(int(x) for x in os.uname().release.split("-")[0].split(".")[:2])

@@ -11,8 +11,14 @@ import textwrap
 import time
 import xml.etree.ElementTree as ET
 
+from ebpfkit.vm import find_kernels
+
 NESTED = textwrap.dedent('''
+    import os
+
     import pytest
+
+    KERNELS = {kernels!r}  # the default kernel (shares the group's boot) and another
 
     pytestmark = pytest.mark.vm
 
@@ -25,6 +31,10 @@ NESTED = textwrap.dedent('''
 
     def test_skips():
         pytest.skip("skipped inside the guest")
+
+    @pytest.mark.vm(kernel=KERNELS)
+    def test_each_kernel(ebpfkit_vm_kernel):
+        assert os.uname().release == ebpfkit_vm_kernel
 
     @pytest.mark.vm(kernel="0.0.1-not-installed")
     def test_on_a_kernel_not_installed():
@@ -58,14 +68,26 @@ def nested_pytest(tmp_path, source: str, *args, env=None, timeout=300):
     return proc, outcomes
 
 
+def other_kernel(default) -> str:
+    """An installed kernel with modules besides the default (setup.sh --test installs 6.1 and 6.12)."""
+    other = next((k.release for k in find_kernels() if k.modules and k.release != default.release), None)
+    assert other, "one kernel installed: apt-get install linux-image-amd64 linux-image-6.12-amd64"
+    return other
+
+
 def test_vm_tests_report_pass_fail_skip_and_panic_as_if_local(vm_kernel, tmp_path):
     started = time.monotonic()
-    proc, got = nested_pytest(tmp_path, NESTED)
-    print(f"nested session (one boot) took {time.monotonic() - started:.1f} s")
+    other = other_kernel(vm_kernel)
+    proc, got = nested_pytest(tmp_path, NESTED.replace("{kernels!r}", repr([vm_kernel.release, other])))
+    print(f"nested session (two boots) took {time.monotonic() - started:.1f} s")
     output = proc.stdout + proc.stderr
     assert proc.returncode == 1, output
-    assert f"ebpfkit vm: booting {vm_kernel.release}" in proc.stdout
-    assert proc.stdout.count("ebpfkit vm: booting") == 1  # one boot for the whole group
+    # one boot per kernel: the default's for the whole group and one variant, the other's for its variant
+    assert f"ebpfkit vm: booting {vm_kernel.release} for 6 test(s)" in proc.stdout, proc.stdout
+    assert f"ebpfkit vm: booting {other} for 1 test(s)" in proc.stdout, proc.stdout
+    assert proc.stdout.count("ebpfkit vm: booting") == 2
+    for release in (vm_kernel.release, other):  # each variant ran, and passed, in its own kernel
+        assert got[f"test_each_kernel[{release}]"] == ("passed", ""), output
 
     assert got["test_passes"] == ("passed", ""), output
     outcome, text = got["test_fails"]

@@ -3,6 +3,8 @@ and guest script, how results are described, missing packages, and the CLI's exi
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from click.testing import CliRunner
 
@@ -163,3 +165,120 @@ def test_cli_lists_kernels():
     out = CliRunner().invoke(cli, ["--format", "json", "vm", "kernels"])
     assert out.exit_code == 0, out.output
     assert '"release"' in out.output or "no kernel" in out.output
+
+
+# --- kernel=[...]: one variant per kernel, grouped per kernel ---------------------------
+
+MULTI_KERNEL = '''
+import pytest
+
+pytestmark = pytest.mark.vm(kernel=["6.1", "6.12"])
+
+def test_both():
+    pass
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_both_parametrized(n):
+    pass
+
+@pytest.mark.vm(kernel="6.12")
+def test_one():
+    pass
+
+@pytest.mark.vm(kernel=["6.12", "6.12"], lsm=True)
+def test_lsm(ebpfkit_vm_kernel):
+    pass
+
+@pytest.mark.vm
+def test_default():
+    pass
+'''
+
+
+class _Collected:
+    """Keeps the nested session's scheduler and items (--collect-only: nothing boots)."""
+
+    def pytest_collection_finish(self, session):
+        self.scheduler = session.config.pluginmanager.get_plugin("ebpfkit-vm-scheduler")
+        self.items = list(session.items)
+
+
+def collect_nested(tmp_path, monkeypatch, source, *args):
+    boot, mods = fake_boot(tmp_path, "6.1.0-56-amd64", "6.12.117+deb12-amd64")
+    real = kernels.resolve
+    monkeypatch.setattr(kernels, "resolve", lambda spec=None: real(spec, boot, mods))
+    path = tmp_path / f"test_{tmp_path.name}.py"  # a module name of its own: in-process sessions share imports
+    path.write_text(source)
+    collected = _Collected()
+    code = pytest.main([str(path), "--collect-only", "-q", "-p", "no:cacheprovider",
+                        "--rootdir", str(tmp_path), *args], plugins=[collected])
+    return code, collected
+
+
+def test_a_kernel_list_makes_one_variant_per_kernel_in_that_kernels_group(tmp_path, monkeypatch):
+    from ebpfkit.vm.plugin import wanted_kernel
+
+    code, got = collect_nested(tmp_path, monkeypatch, MULTI_KERNEL)
+    assert code == 0
+    names = {i.name: wanted_kernel(i) for i in got.items}
+    assert names == {"test_both[6.1]": "6.1", "test_both[6.12]": "6.12",
+                     "test_both_parametrized[6.1-1]": "6.1", "test_both_parametrized[6.1-2]": "6.1",
+                     "test_both_parametrized[6.12-1]": "6.12", "test_both_parametrized[6.12-2]": "6.12",
+                     "test_one": "6.12", "test_lsm[6.12]": "6.12", "test_default": None}
+    groups = {(os.path.basename(key[0]), key[1]): [i.name for i in g.items] for key, g in got.scheduler.groups.items()}
+    # test_default has no kernel: the newest installed, the same boot as 6.12's
+    assert groups == {
+        ("vmlinuz-6.1.0-56-amd64", False): ["test_both[6.1]", "test_both_parametrized[6.1-1]",
+                                            "test_both_parametrized[6.1-2]"],
+        ("vmlinuz-6.12.117+deb12-amd64", False): ["test_both[6.12]", "test_both_parametrized[6.12-1]",
+                                                  "test_both_parametrized[6.12-2]", "test_one", "test_default"],
+        ("vmlinuz-6.12.117+deb12-amd64", True): ["test_lsm[6.12]"]}
+    # the guest is given its own variants' node ids, which its collection reproduces
+    group = next(g for g in got.scheduler.groups.values() if g.kernel.release.startswith("6.1.0"))
+    argv = got.scheduler._guest_command(group, "/tmp/results.jsonl")
+    assert [a for a in argv if "::" in a] == [i.nodeid for i in group.items]
+    assert all(a.endswith(("[6.1]", "-1]", "-2]")) and "6.12" not in a for a in argv if "::" in a)
+
+
+def test_a_variant_for_another_kernel_skips_in_the_guest(tmp_path, monkeypatch):
+    from ebpfkit.vm import plugin
+
+    code, got = collect_nested(tmp_path, monkeypatch, MULTI_KERNEL)
+    item = next(i for i in got.items if i.name == "test_both[6.12]")
+    monkeypatch.setattr("ebpfkit.vm.runner.in_vm", lambda: True)
+    monkeypatch.setattr("ebpfkit.vm.results.active_lsms", lambda: "lockdown,capability,bpf")
+    monkeypatch.setattr(os, "uname", lambda: os.uname_result(("Linux", "vm", "6.1.0-56-amd64", "#1", "x86_64")))
+    with pytest.raises(pytest.skip.Exception, match="wants kernel 6.12, this VM runs 6.1.0-56-amd64"):
+        plugin.pytest_runtest_setup(item)
+    plugin.pytest_runtest_setup(next(i for i in got.items if i.name == "test_both[6.1]"))  # runs
+
+
+@pytest.mark.parametrize("bad", ["[]", "[6.10]", "['6.1', None]"])
+def test_a_kernel_list_must_name_kernels_as_strings(tmp_path, monkeypatch, capsys, bad):
+    source = f"import pytest\n\n@pytest.mark.vm(kernel={bad})\ndef test_x():\n    pass\n"
+    code, _ = collect_nested(tmp_path, monkeypatch, source)
+    assert code != 0
+    out = capsys.readouterr()
+    assert "needs a non-empty list of strings" in out.out + out.err
+
+
+def test_a_guest_that_died_before_the_tests_started_is_booted_once_more(tmp_path, monkeypatch):
+    """A boot that never reached the command (a KVM emulation failure was seen) is retried
+    once: no test ran; a second death is reported as it is, and a test's own failure never retried."""
+    from ebpfkit.vm import plugin
+
+    monkeypatch.setattr(host, "require", lambda: None)
+    died = VMResult("died", None, "6.12", "kvm", 5.0, None, stderr_tail="KVM internal error")
+    exited = VMResult("exited", 1, "6.12", "kvm", 50.0, 30.0)
+    code, got = collect_nested(tmp_path, monkeypatch, MULTI_KERNEL)
+    for outcomes, boots in (([died, exited], 2), ([died, died], 2), ([exited], 1),
+                            ([VMResult("died", None, "6.12", "kvm", 40.0, 30.0)], 1)):
+        calls = []
+        monkeypatch.setattr(runner, "run", lambda command, spec, on_output=None: calls.append(spec)
+                            or outcomes[len(calls) - 1])
+        group = next(iter(got.scheduler.groups.values()))
+        said = []
+        monkeypatch.setattr(got.scheduler, "_say", said.append)
+        got.scheduler._run(group)
+        assert len(calls) == boots and group.vm is outcomes[-1]
+        assert any("booting it once more" in line for line in said) == (boots == 2), said

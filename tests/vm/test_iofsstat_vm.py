@@ -1,4 +1,4 @@
-"""iofsstat in a VM kernel where fexit works (one boot for the module): it picks its fexit
+"""iofsstat in VM kernels where fexit works, 6.1 and 6.12 (one boot per kernel): it picks its fexit
 hooks by feature probe and says so at -v, and counts, against ground truth the test creates,
 plain read()/write() IO, sendfile() (kernel-internal splice: no vfs_read) and io_uring
 (the file's read_iter/write_iter called by io_uring itself).
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-pytestmark = pytest.mark.vm(kernel="6.1", timeout=1500)
+pytestmark = pytest.mark.vm(kernel=["6.1", "6.12"], timeout=1500)  # fexit on both
 
 KIB, MIB = 1 << 10, 1 << 20
 CHUNK = 64 * KIB

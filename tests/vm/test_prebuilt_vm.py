@@ -25,7 +25,7 @@ from ebpfkit.engine import compiler, features
 from ebpfkit.engine.btftypes import BTF, Kind
 from ebpfkit.engine.prebuilt import program_sources
 
-pytestmark = [pytest.mark.vm(lsm=True, timeout=1200), pytest.mark.host_prebuilt]
+pytestmark = [pytest.mark.vm(kernel=["6.1", "6.12"], lsm=True, timeout=1200), pytest.mark.host_prebuilt]
 
 PROGRAMS = [src.name for src in program_sources()]
 # the programs that read kernel structs (task_struct, file, inode, ...) through CO-RE

@@ -1,5 +1,7 @@
-"""sockmap on a kernel without sockmap bpf_links (< 6.10, the VM's 6.1): sk_msg and sk_skb
-are attached to the map with BPF_PROG_ATTACH, the path the host (6.18) never takes.
+"""sockmap's two attach paths, each on a kernel that takes it: on 6.1 (no sockmap bpf_links
+before 6.10) sk_msg and sk_skb are attached to the map with BPF_PROG_ATTACH, the path the
+host (6.18) never takes; on 6.12 through sockmap links, as on the host. Each variant asserts
+the path its kernel takes, from the pins and the kernel's own link info.
 
 Ground truth is the test's own traffic: sha256 of both ends, FIONREAD against what was
 sent, and the kernel's list of programs before and after disable / SIGKILL."""
@@ -22,9 +24,12 @@ import time
 import pytest
 
 from ebpfkit import sockmap
+from ebpfkit.engine import pinned
+from ebpfkit.engine.constants import LinkType
 from ebpfkit.engine.features import has_kernel_function
 
-pytestmark = pytest.mark.vm(timeout=900)
+# 6.1: BPF_PROG_ATTACH on the map; 6.12: sockmap links (6.10+)
+pytestmark = pytest.mark.vm(kernel=["6.1", "6.12"], timeout=900)
 
 MiB = 1 << 20
 OUR_PROGRAMS = {"sockmap_redirect", "sockmap_pass"}
@@ -43,11 +48,6 @@ def wait_for(predicate, timeout=10.0) -> bool:
             return False
         time.sleep(0.05)
     return True
-
-
-def kernel_has_sockmap_links() -> bool:
-    release = tuple(int(x) for x in os.uname().release.split("-")[0].split(".")[:2])
-    return release >= (6, 10)
 
 
 def pair():
@@ -86,20 +86,29 @@ def fionread(sock) -> int:
     return buf[0]
 
 
-@pytest.fixture
-def fallback_kernel():
-    if kernel_has_sockmap_links():
-        pytest.skip(f"kernel {os.uname().release} has sockmap bpf_links; the BPF_PROG_ATTACH "
-                    "fallback is exercised on kernels < 6.10 (the VM's default 6.1)")
+def assert_attach_path_of_this_kernel(directory: str, links: bool) -> None:
+    """Links on 6.10+ (the pin is a sockmap link), else BPF_PROG_ATTACH (the map holds the
+    program: no link pin, the program itself is pinned)."""
+    pins = set(os.listdir(directory))
+    if links:
+        assert "link_sk_msg" in pins, pins
+        fd = pinned.open_pin(os.path.join(directory, "link_sk_msg"))
+        try:
+            assert pinned.link_info(fd).type == LinkType.SOCKMAP
+        finally:
+            os.close(fd)
+    else:
+        assert "link_sk_msg" not in pins and "prog_sk_msg" in pins, pins
 
 
-def test_enable_redirects_through_prog_attach_and_disable_detaches(child_cgroup, fallback_kernel):
+def test_enable_redirects_through_this_kernels_attach_path_and_disable_detaches(child_cgroup, ebpfkit_vm_kernel,
+                                                                                  kernel_version):
+    links = kernel_version >= (6, 10)
+    assert links == (ebpfkit_vm_kernel == "6.12")  # 6.1 takes BPF_PROG_ATTACH, 6.12 links
     assert not loaded_sockmap_programs()
     enablement = sockmap.enable(child_cgroup.path)
     try:
-        pins = set(os.listdir(enablement.directory))
-        # the map holds the programs: no sk_msg link pin, the program itself is pinned
-        assert "link_sk_msg" not in pins and "prog_sk_msg" in pins, pins
+        assert_attach_path_of_this_kernel(enablement.directory, links)
         assert "sockmap_redirect" in loaded_sockmap_programs()
         with child_cgroup.entered():
             client, server = pair()
@@ -131,7 +140,7 @@ def test_enable_redirects_through_prog_attach_and_disable_detaches(child_cgroup,
     assert wait_for(lambda: not loaded_sockmap_programs()), loaded_sockmap_programs()
 
 
-def test_sigkill_of_a_foreground_run_leaves_no_program(child_cgroup, fallback_kernel):
+def test_sigkill_of_a_foreground_run_leaves_no_program(child_cgroup):
     proc = subprocess.Popen([sys.executable, "-m", "ebpfkit", "sockmap", "run", "--cgroup",
                              child_cgroup.path, "1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
@@ -141,5 +150,5 @@ def test_sigkill_of_a_foreground_run_leaves_no_program(child_cgroup, fallback_ke
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
-    # the map was the programs' only holder: freeing it detaches and frees them
+    # the process's links (6.12) or the map (6.1) were the programs' only holders: gone with it
     assert wait_for(lambda: not loaded_sockmap_programs(), timeout=20), loaded_sockmap_programs()
