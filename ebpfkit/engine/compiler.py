@@ -225,9 +225,13 @@ class Compiler:
                 f"-I{INCLUDE_DIR}", f"-I{PROGRAMS_DIR}", f"-idirafter{libbpf_include_dir()}", *self.cflags]
 
     def key(self, source: Source) -> str:
+        """What the object depends on besides the headers' content (checked after): the
+        directories headers are found in are part of it, or two checkouts sharing a cache
+        would take each other's objects, checked against the other tree's headers."""
         clang_id = self.clang.identity if self.clang else "no-clang"
-        return cache.digest(FORMAT, source.name, source.text, "\0".join(self.cflags),
-                            clang_id, self.btf.digest, _MACHINE)
+        source_dir = os.path.dirname(source.path) if source.path is not None else ""
+        return cache.digest(FORMAT, source.name, source.text, "\0".join(self.cflags), INCLUDE_DIR,
+                            PROGRAMS_DIR, source_dir, clang_id, self.btf.digest, _MACHINE)
 
     def compile(self, source: Source) -> str:
         """Return the path of the object for ``source``, compiling it if not cached."""

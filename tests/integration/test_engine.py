@@ -626,6 +626,15 @@ def test_compile_cache_hits_and_invalidation(tmp_path, monkeypatch, caplog):
     spec = engine.compile(src)
     assert compiled() == "hit" and spec.rodata["extra"] == 0
 
+    # the same program in another checkout, beside another header of the same name: its own object
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "cached.bpf.c").write_text(CACHED)
+    (other / "myconfig.h").write_text("#define MAGIC 3\n")
+    spec = engine.compile(other / "cached.bpf.c")
+    assert compiled() == "compiled" and spec.rodata["magic"] == 3
+    assert engine.compile(src).rodata["magic"] == 2
+
 
 # --- errors ----------------------------------------------------------------------------
 
