@@ -19,7 +19,7 @@ import time
 from ..engine import features
 from ..engine.pinned import link_info
 from ..output.settings import DEFAULT_LOG_BACKUP, DEFAULT_LOG_SIZE
-from ..policy import OPERATIONS, PolicyError, load_guard_policy, parse_guard_policy
+from ..policy import OPERATIONS, PolicyError, parse_guard_policy
 from . import core, logfile
 
 # struct guard_event (programs/guard.h)

@@ -424,22 +424,29 @@ int BPF_PROG(guard_path_truncate, const struct path *path, int ret)
 	return check(GUARD_HOOK_PATH_TRUNCATE, GUARD_OP_WRITE, path->dentry);
 }
 
-SEC("lsm/mmap_file")
-int BPF_PROG(guard_mmap_file, struct file *file, unsigned long reqprot, unsigned long prot,
-	     unsigned long flags, int ret)
+/* what mapping `file` with `prot` does to it: writes it (shared), runs its code */
+static __always_inline __u32 mapping_ops(struct file *file, unsigned long prot, bool shared)
 {
 	__u32 op = 0;
 
-	if (ret || !file)
-		return ret;
-	if ((prot & PROT_WRITE) && (flags & MAP_SHARED))
+	if ((prot & PROT_WRITE) && shared)
 		op |= GUARD_OP_WRITE;
 	/* exec without execve: `ld.so FILE`, dlopen() */
 	if ((prot & PROT_EXEC) && !own_executable(file))
 		op |= GUARD_OP_EXEC;
-	if (!op)
-		return 0;
-	return check(GUARD_HOOK_MMAP_FILE, op, file->f_path.dentry);
+	return op;
+}
+
+SEC("lsm/mmap_file")
+int BPF_PROG(guard_mmap_file, struct file *file, unsigned long reqprot, unsigned long prot,
+	     unsigned long flags, int ret)
+{
+	__u32 op;
+
+	if (ret || !file)
+		return ret;
+	op = mapping_ops(file, prot, flags & MAP_SHARED);
+	return op ? check(GUARD_HOOK_MMAP_FILE, op, file->f_path.dentry) : 0;
 }
 
 /* a mapping made executable, or shared-writable, after mmap_file allowed it */
@@ -448,17 +455,12 @@ int BPF_PROG(guard_file_mprotect, struct vm_area_struct *vma, unsigned long reqp
 	     unsigned long prot, int ret)
 {
 	struct file *file = vma->vm_file;
-	__u32 op = 0;
+	__u32 op;
 
 	if (ret || !file)
 		return ret;
-	if ((prot & PROT_WRITE) && (vma->vm_flags & VM_SHARED))
-		op |= GUARD_OP_WRITE;
-	if ((prot & PROT_EXEC) && !own_executable(file))
-		op |= GUARD_OP_EXEC;
-	if (!op)
-		return 0;
-	return check(GUARD_HOOK_FILE_MPROTECT, op, file->f_path.dentry);
+	op = mapping_ops(file, prot, vma->vm_flags & VM_SHARED);
+	return op ? check(GUARD_HOOK_FILE_MPROTECT, op, file->f_path.dentry) : 0;
 }
 
 /* execve of a protected file (each binfmt round: a script, then its interpreter) */

@@ -29,6 +29,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ebpfkit.guard import logfile
+
 pytestmark = pytest.mark.vm(kernel=["6.1", "6.12"], lsm=True, timeout=2700)
 
 PIN_DIR = "/sys/fs/bpf/ebpfkit/guard"
@@ -130,11 +132,7 @@ def _debug_dump(g, policy_text):
 def log_lines(state, minimum=1, timeout=10.0, where=lambda line: True):
     deadline = time.monotonic() + timeout
     while True:
-        try:
-            lines = [json.loads(line) for line in (state / "guard.log").read_text().splitlines()]
-        except FileNotFoundError:
-            lines = []
-        lines = [line for line in lines if where(line)]
+        lines = [line for line in logfile.records(str(state / "guard.log")) if where(line)]
         if len(lines) >= minimum or time.monotonic() > deadline:
             return lines
         time.sleep(0.2)

@@ -10,7 +10,6 @@ One boot (BPF-LSM on); meant to run on every VM kernel the suite boots (6.1 and 
 from __future__ import annotations
 
 import errno
-import json
 import os
 import shutil
 import subprocess
@@ -24,6 +23,7 @@ import ebpfkit
 from ebpfkit.engine import compiler, features
 from ebpfkit.engine.btftypes import BTF, Kind
 from ebpfkit.engine.prebuilt import program_sources
+from ebpfkit.guard import logfile
 
 pytestmark = [pytest.mark.vm(kernel=["6.1", "6.12"], lsm=True, timeout=1200), pytest.mark.host_prebuilt]
 
@@ -163,11 +163,8 @@ def test_guard_denies_a_write_and_logs_it(tmp_path, tmpfs):
 def _guard_log_line(state: Path, obj: str, timeout: float = 60.0) -> dict:
     deadline = time.monotonic() + timeout
     while True:
-        try:
-            lines = [json.loads(x) for x in (state / "guard.log").read_text().splitlines()]
-        except FileNotFoundError:
-            lines = []
-        found = [x for x in lines if x.get("object") == obj and "hook" in x]
+        lines = list(logfile.records(str(state / "guard.log")))
+        found = [x for x in lines if x.get("object") == obj and x["event"] == "violation"]
         if found or time.monotonic() > deadline:
             assert found, f"no log line for {obj}: {lines}"
             return found[0]
