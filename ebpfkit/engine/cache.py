@@ -18,8 +18,11 @@ except ImportError:  # a Python built without it
     from hashlib import blake2b
 
 
+CACHE_ENV = "EBPFKIT_CACHE_DIR"
+
+
 def cache_dir() -> str:
-    env = os.environ.get("EBPFKIT_CACHE_DIR")
+    env = os.environ.get(CACHE_ENV)
     if env:
         base = os.path.abspath(env)
     elif os.geteuid() == 0:
@@ -27,14 +30,24 @@ def cache_dir() -> str:
     else:
         xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         base = os.path.join(xdg, "ebpfkit")
-    os.makedirs(base, exist_ok=True)
+    _make(base)
     return base
 
 
 def subdir(name: str) -> str:
     path = os.path.join(cache_dir(), name)
-    os.makedirs(path, exist_ok=True)
+    _make(path)
     return path
+
+
+def _make(path: str) -> None:
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:  # e.g. a user whose home does not exist or is not writable
+        from ..errors import EbpfkitError
+
+        raise EbpfkitError(f"cannot create the cache directory {path}: {exc.strerror}",
+                           hint=f"set {CACHE_ENV} to a writable directory") from None
 
 
 def digest(*parts: bytes | str) -> str:
