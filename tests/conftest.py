@@ -15,11 +15,17 @@ import contextlib
 import os
 import re
 import subprocess
+import sys
 import time
 
 import pytest
 
 from ebpfkit.net import ChildCgroup, NetNS, cgroup2_mount, create_veth, delete_veth
+
+# tests/helpers.py is shared by every test directory: put tests/ on the path whatever the import mode
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+if TESTS_DIR not in sys.path:
+    sys.path.insert(0, TESTS_DIR)
 
 SESSION_MARK = "EBPFKIT_TEST_SESSION"
 NEEDS_ROOT = "needs root: loads BPF programs into the kernel"

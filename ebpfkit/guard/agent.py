@@ -18,6 +18,7 @@ import time
 
 from ..engine import features
 from ..engine.pinned import link_info
+from ..output.logs import get_logger, setup_logging
 from ..output.settings import DEFAULT_LOG_BACKUP, DEFAULT_LOG_SIZE
 from ..policy import OPERATIONS, PolicyError, parse_guard_policy
 from . import core, logfile
@@ -32,6 +33,7 @@ OP_NAMES = {**{v: k for k, v in OPERATIONS.items()}, 128: "kill", 256: "ptrace",
 # enum bpf_cmd values the bpf hook reports
 BPF_CMDS = {29: "BPF_LINK_UPDATE", 34: "BPF_LINK_DETACH"}
 POLL_MS, WATCH_SECONDS = 200, 1.0
+messages = get_logger("ebpfkit.guard.agent")  # to stderr, which is agent.err; set up in main()
 
 
 def _exe(pid: int) -> str | None:
@@ -114,7 +116,7 @@ def load(mode: str, pin_dev: int = 0, cache: bool = True):
     except ebpfkit.EbpfkitError as exc:
         if not cache:
             raise
-        print(f"guard agent: loading without the verdict cache: {exc}", file=sys.stderr, flush=True)
+        messages.warning("guard agent: loading without the verdict cache: %s", exc)
         return load(mode, pin_dev, cache=False)
 
 
@@ -236,6 +238,7 @@ def main(argv=None) -> int:
     parser.add_argument("--log-size", type=int, default=DEFAULT_LOG_SIZE)
     parser.add_argument("--log-backup", type=int, default=DEFAULT_LOG_BACKUP)
     args = parser.parse_args(argv)
+    setup_logging(color=False)
 
     def ready(message: str) -> None:
         if args.ready_fd >= 0:
@@ -267,7 +270,7 @@ def main(argv=None) -> int:
                 try:
                     watcher.check()
                 except Exception as exc:  # never let a reload problem stop the logging
-                    print(f"guard agent: policy watch: {exc!r}", file=sys.stderr, flush=True)
+                    messages.warning("guard agent: policy watch: %r", exc)
     finally:
         log.close()
     return 0  # the pins stay: only `guard stop` removes them

@@ -3,12 +3,10 @@ command inside as root; list the kernels it can boot."""
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from ..errors import EbpfkitError
-from ..output import Column, Output, ResultTable, tool_options
+from ..output import Column, Output, ResultTable, forward_output, tool_options
 
 EXAMPLES = """\b
 Examples:
@@ -75,7 +73,7 @@ def run(ctx, kernel, lsm, memory, cpus, timeout, accel, env, console_file, comma
         variables[key] = value
     spec = VMSpec(kernels.resolve(kernel), lsm=lsm, memory=memory, cpus=cpus, timeout=timeout,
                   accel=accel, env=variables)
-    result = run_vm(list(command), spec, on_output=_forward)
+    result = run_vm(list(command), spec, on_output=forward_output)
     if console_file:
         with open(console_file, "w") as f:
             f.write(result.console)
@@ -90,13 +88,6 @@ def run(ctx, kernel, lsm, memory, cpus, timeout, accel, env, console_file, comma
     if result.status != "exited":
         raise VMFailedError(result.describe(), hint="see the guest console above (save it all with --console FILE)")
     ctx.exit(result.exit_code)
-
-
-def _forward(stream: str, data: bytes) -> None:
-    target = sys.stdout if stream == "stdout" else sys.stderr
-    target.flush()
-    target.buffer.write(data)
-    target.buffer.flush()
 
 
 @vm.command()

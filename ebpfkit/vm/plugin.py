@@ -217,6 +217,7 @@ class VMScheduler:
 
     def _run(self, group: _Group) -> None:
         from ..errors import EbpfkitError
+        from ..output import forward_output
         from . import host
         from .results import GuestResults
         from .runner import VMSpec, run, shared_tmp
@@ -241,9 +242,8 @@ class VMScheduler:
         def on_output(stream, data):
             group.output.extend(data)
             del group.output[:-65536]
-            if live:
-                sys.stdout.buffer.write(data)
-                sys.stdout.flush()
+            if live:  # -s: the guest's pytest output, as it comes
+                forward_output("stdout", data)
 
         try:
             command = self._guest_command(group, results_file)

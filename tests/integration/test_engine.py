@@ -18,6 +18,7 @@ from ebpfkit.engine import _libbpf as L
 from ebpfkit.engine.btftypes import EnumValue
 from ebpfkit.errors import CompileError, LoadError, MapError, NotSupportedError, VerifierError
 from ebpfkit.histogram import Log2Histogram
+from helpers import wait_for
 
 pytestmark = [
     pytest.mark.integration,
@@ -43,15 +44,6 @@ def getppid_n(n: int) -> None:
     # glibc does not cache getppid: each call is one syscall
     for _ in range(n):
         os.getppid()
-
-
-def wait_for(predicate, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
 
 
 # A program counting getppid() of one process in a .bss counter and in a map.

@@ -20,6 +20,7 @@ from ebpfkit.engine import _libbpf as L
 from ebpfkit.engine import features as F
 from ebpfkit.engine.constants import MapType, ProgType
 from ebpfkit.errors import NotSupportedError, PermissionDeniedError
+from helpers import wait_for
 
 pytestmark = [
     pytest.mark.integration,
@@ -152,9 +153,7 @@ def run():
     start = time.perf_counter()
     results = F.probe_all()
     elapsed = time.perf_counter() - start
-    deadline = time.monotonic() + 3  # links and programs are freed a little after close
-    while _our_prog_ids() - before["progs"] and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(lambda: not _our_prog_ids() - before["progs"], 3)  # links and programs are freed a little after close
     after = _snapshot()
     print("\nprobe_all() took %.3f s" % elapsed)
     for name, result in results.items():

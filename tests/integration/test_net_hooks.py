@@ -8,12 +8,12 @@ import os
 import socket
 import subprocess
 import threading
-import time
 
 import pytest
 
 import ebpfkit
 from ebpfkit.net import xdp_attached
+from helpers import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -302,15 +302,6 @@ def _udp_socket(ns, address):
     return sock
 
 
-def _wait_for(predicate, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
-
-
 def _recv_all(sock, count, timeout=5.0):
     sock.settimeout(timeout)
     return [sock.recv(65535) for _ in range(count)]
@@ -439,7 +430,7 @@ def test_sockops_sk_msg_redirect_in_child_cgroup(child_cgroup):
                 socks.append(server)
                 server.settimeout(10)
 
-                assert _wait_for(lambda: stats[0] == 2), f"sockops added {stats[0]} sockets, expected 2"
+                assert wait_for(lambda: stats[0] == 2), f"sockops added {stats[0]} sockets, expected 2"
                 keys = {tuple(key.values()) for key in sock_hash}
                 assert keys == {tuple(_key_of(s).values()) for s in (client, server)}
 

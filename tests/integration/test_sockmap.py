@@ -32,6 +32,7 @@ from ebpfkit.sockmap import bench
 from ebpfkit.sockmap import maps as M
 from ebpfkit.sockmap.core import PIN_BASE, pin_directory
 from ebpfkit.sockmap.regression import release_affected
+from helpers import wait_for
 from outputs import csv_tables, logged, table_sections
 
 pytestmark = pytest.mark.integration
@@ -73,15 +74,6 @@ def fionread(sock) -> int:
     buf = array.array("i", [0])
     fcntl.ioctl(sock.fileno(), termios.FIONREAD, buf)
     return buf[0]
-
-
-def wait_for(predicate, timeout=5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 class Receiver(threading.Thread):

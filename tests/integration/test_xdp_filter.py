@@ -21,9 +21,8 @@ import time
 
 import pytest
 
-from ebpfkit.cli import cli
 from ebpfkit.net import in_netns, xdp_attached
-from ebpfkit.output import invoke_cli
+from helpers import ek, ek_json, wait_for
 from outputs import csv_tables, logged, table_sections
 
 pytestmark = pytest.mark.integration
@@ -35,20 +34,6 @@ PIN_ROOT = "/sys/fs/bpf/ebpfkit"
 
 
 # --- helpers -------------------------------------------------------------------------------------
-
-def ek(capsys, *args) -> tuple[int, str, str]:
-    """Run the ebpfkit CLI in-process: (exit code, stdout, stderr)."""
-    capsys.readouterr()
-    rc = invoke_cli(cli, [str(a) for a in args], prog_name="ebpfkit")
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-def ek_json(capsys, *args):
-    rc, out, err = ek(capsys, "--format", "json", *args)
-    assert rc == 0, err
-    return json.loads(out.strip().splitlines()[-1])
-
 
 MARK = b"EKX|"
 
@@ -629,15 +614,6 @@ def test_bad_input_is_a_clear_usage_error(veth_pair, capsys, tmp_path):
     assert proc.returncode == 2 and "no interface 'nosuch0'" in proc.stderr
 
 
-def _wait_for(predicate, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
 def test_foreground_run_leaves_nothing_attached(veth_pair, capsys, sig):
     pair = veth_pair
@@ -645,7 +621,7 @@ def test_foreground_run_leaves_nothing_attached(veth_pair, capsys, sig):
     proc = subprocess.Popen([sys.executable, "-m", "ebpfkit", "xdp", "filter", "run", *where,
                              "--src", "192.0.2.0/24"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        assert _wait_for(lambda: _attached(pair) or proc.poll() is not None), "run never attached"
+        assert wait_for(lambda: _attached(pair) or proc.poll() is not None, 30), "run never attached"
         assert _attached(pair), proc.stderr.read().decode()
         # while it runs, the pinned maps serve other commands
         assert ek_json(capsys, "xdp", "filter", "stats", *where)["rules"][0]["rule"] == "src 192.0.2.0/24"
@@ -657,7 +633,7 @@ def test_foreground_run_leaves_nothing_attached(veth_pair, capsys, sig):
             proc.wait()
         proc.stdout.close()
         proc.stderr.close()
-    assert _wait_for(lambda: _attached(pair) == {}, 5), "the program stayed attached"
+    assert wait_for(lambda: _attached(pair) == {}, 5), "the program stayed attached"
     if sig == signal.SIGTERM:
         assert _no_pins_for(pair), "a clean exit must remove its pins"
     # after SIGKILL only unattached pins remain: detach (or the next attach) clears them

@@ -29,9 +29,8 @@ import time
 import pytest
 
 import ebpfkit
-from ebpfkit.cli import cli
 from ebpfkit.net import NetNS, in_netns, xdp_attached
-from ebpfkit.output import invoke_cli
+from helpers import ek, ek_json, wait_for
 from outputs import csv_tables, logged, table_sections
 
 pytestmark = pytest.mark.integration
@@ -48,19 +47,6 @@ PASS_SRC = r"""
 SEC("xdp") int xdp_pass(struct xdp_md *ctx) { return XDP_PASS; }
 char LICENSE[] SEC("license") = "GPL";
 """
-
-
-def ek(capsys, *args) -> tuple[int, str, str]:
-    capsys.readouterr()
-    rc = invoke_cli(cli, [str(a) for a in args], prog_name="ebpfkit")
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-def ek_json(capsys, *args):
-    rc, out, err = ek(capsys, "--format", "json", *args)
-    assert rc == 0, err
-    return json.loads(out.strip().splitlines()[-1])
 
 
 def stats_in_every_form(capsys, where, log) -> dict[str, tuple[dict, dict]]:
@@ -498,9 +484,7 @@ def test_foreground_run_killed_leaves_nothing_attached(veth_pair, capsys):
                              "--backend", veth_pair.b.address], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     attached = lambda: xdp_attached(veth_pair.a.netns, veth_pair.a.ifname)  # noqa: E731
     try:
-        deadline = time.monotonic() + 30
-        while not attached() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(lambda: attached() or proc.poll() is not None, 30)
         assert attached(), proc.stderr.read().decode() if proc.poll() is not None else "never attached"
         listed = ek_json(capsys, "xdp", "lb", "stats", *where)  # its pins serve other commands
         assert [b["backend"] for b in listed["backends"]] == [veth_pair.b.address]
@@ -512,9 +496,7 @@ def test_foreground_run_killed_leaves_nothing_attached(veth_pair, capsys):
             proc.wait()
         proc.stdout.close()
         proc.stderr.close()
-    deadline = time.monotonic() + 5
-    while attached() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(lambda: not attached(), 5)
     assert attached() == {}, "the kernel kept the program of a killed foreground run"
     ek(capsys, "xdp", "lb", "detach", *where)  # removes the unattached pins it left
     assert not os.path.exists(f"/sys/fs/bpf/ebpfkit/xdp/{veth_pair.a.ifname}@{veth_pair.a.netns}")

@@ -19,7 +19,6 @@ import subprocess
 import sys
 import termios
 import threading
-import time
 
 import pytest
 
@@ -27,6 +26,7 @@ from ebpfkit import sockmap
 from ebpfkit.engine import pinned
 from ebpfkit.engine.constants import LinkType
 from ebpfkit.engine.features import has_kernel_function
+from helpers import wait_for
 
 # 6.1: BPF_PROG_ATTACH on the map; 6.12: sockmap links (6.10+)
 pytestmark = pytest.mark.vm(kernel=["6.1", "6.12"], timeout=900)
@@ -39,15 +39,6 @@ def loaded_sockmap_programs() -> list[str]:
     out = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True, check=True)
     return [p.get("name", "") for p in json.loads(out.stdout or "[]")
             if p.get("name", "") in OUR_PROGRAMS or p.get("type") == "sk_msg"]
-
-
-def wait_for(predicate, timeout=10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def pair():
@@ -121,7 +112,7 @@ def test_enable_redirects_through_this_kernels_attach_path_and_disable_detaches(
         with a, b:
             before = enablement.stats()["bytes_redirected"]
             a.sendall(b"x" * 1000)
-            assert wait_for(lambda: enablement.stats()["bytes_redirected"] == before + 1000)
+            assert wait_for(lambda: enablement.stats()["bytes_redirected"] == before + 1000, 10)
             assert b.recv(1000, socket.MSG_PEEK | socket.MSG_WAITALL) == b"x" * 1000
             # FIONREAD counts redirected bytes only where the kernel has tcp_bpf_ioctl (the
             # host's 6.18 does: tested there); status says which, and 6.1 indeed reports 0
@@ -137,7 +128,7 @@ def test_enable_redirects_through_this_kernels_attach_path_and_disable_detaches(
     finally:
         if enablement is not None:
             sockmap.disable(child_cgroup.path)
-    assert wait_for(lambda: not loaded_sockmap_programs()), loaded_sockmap_programs()
+    assert wait_for(lambda: not loaded_sockmap_programs(), 10), loaded_sockmap_programs()
 
 
 def test_sigkill_of_a_foreground_run_leaves_no_program(child_cgroup):

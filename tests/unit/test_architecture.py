@@ -1,0 +1,190 @@
+"""The shape of ebpfkit, checked by reading its source (an AST walk; no kernel, no imports of
+the checked modules): libbpf's ctypes layer stays inside the engine, tools do not import each
+other, and only the output layer (and the CLI entry) prints or looks at the output format.
+Each failure lists the offending file:line."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import ebpfkit
+from ebpfkit.tools import TOOLS
+
+PACKAGE = Path(ebpfkit.__file__).parent
+ROOT = PACKAGE.parent
+# top-level packages that serve every tool (vm/ is the VM harness the pytest plugin uses too;
+# its tool is ebpfkit/tools/vm.py); any other ebpfkit/<name>/ named like a tool belongs to it
+SHARED_LAYERS = {"engine", "output", "net", "sysinfo", "policy", "vm", "programs"}
+CLI_ENTRY = {"ebpfkit.cli", "ebpfkit.__main__"}
+PRINT_CALLS = {"print", "click.echo", "click.secho"}
+STD_STREAMS = {"stdout", "stderr"}
+
+
+@dataclass(frozen=True)
+class Module:
+    name: str  # dotted, e.g. ebpfkit.tools.xdp
+    path: Path
+    tree: ast.Module
+
+    def where(self, node: ast.AST) -> str:
+        return f"{self.path.relative_to(ROOT)}:{node.lineno}"
+
+    def within(self, *prefixes: str) -> bool:
+        return any(_under(self.name, p) for p in prefixes)
+
+
+def _under(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def _modules() -> list[Module]:
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found.append(Module(".".join(parts), path, ast.parse(path.read_text(), str(path))))
+    return found
+
+
+MODULES = _modules()
+
+
+def _package_of(module: Module) -> str:
+    """The package a relative import in ``module`` starts from."""
+    return module.name if module.path.name == "__init__.py" else module.name.rpartition(".")[0]
+
+
+def _imports(module: Module):
+    """(node, dotted name) for everything ``module`` imports, relative imports resolved; for
+    ``from X import y`` both X and X.y (y may be a submodule)."""
+    for node in ast.walk(module.tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                package = _package_of(module).split(".")
+                anchor = ".".join(package[:len(package) - node.level + 1])
+                base = f"{anchor}.{base}" if base else anchor
+            yield node, base
+            for alias in node.names:
+                yield node, f"{base}.{alias.name}"
+        elif (isinstance(node, ast.Call) and _dotted(node.func) in ("importlib.import_module", "import_module")
+              and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            yield node, node.args[0].value
+
+
+def _dotted(node: ast.AST) -> str:
+    """``a.b.c`` for a Name/Attribute chain, "" otherwise."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        head = _dotted(node.value)
+        return f"{head}.{node.attr}" if head else ""
+    return ""
+
+
+def _fail_with(offences: list[str], rule: str) -> None:
+    if offences:
+        by_place = sorted(set(offences), key=lambda o: (o.split(":")[0], int(o.split(":")[1])))
+        pytest.fail(f"{rule}:\n  " + "\n  ".join(by_place), pytrace=False)
+
+
+# --- tools ---
+
+def _tool_prefixes() -> dict[str, tuple[str, ...]]:
+    """Each registered tool's modules: its command module and, if there is one, its package."""
+    tools = {}
+    for name, info in TOOLS.items():
+        prefixes = [info.module]
+        if name not in SHARED_LAYERS and (PACKAGE / name / "__init__.py").exists():
+            prefixes.append(f"ebpfkit.{name}")
+        tools[name] = tuple(prefixes)
+    return tools
+
+
+TOOL_PREFIXES = _tool_prefixes()
+
+
+def _tool_of(dotted: str) -> str | None:
+    for tool, prefixes in TOOL_PREFIXES.items():
+        if any(_under(dotted, p) for p in prefixes):
+            return tool
+    return None
+
+
+def test_the_walk_sees_the_tools_and_layers():
+    """The rules below are only as good as what they look at."""
+    names = {m.name for m in MODULES}
+    for info in TOOLS.values():
+        assert info.module in names, f"registry names {info.module}, which is not in {PACKAGE}"
+    for package in ("guard", "xdp", "sockmap", "iotrace"):
+        assert f"ebpfkit.{package}" in TOOL_PREFIXES[package]
+    assert "ebpfkit.engine._libbpf" in names
+    for layer in SHARED_LAYERS - {"programs"}:
+        assert f"ebpfkit.{layer}" in names, f"shared layer ebpfkit/{layer} is gone: update SHARED_LAYERS"
+
+
+def test_only_the_engine_imports_libbpf():
+    offences = [f"{m.where(node)}: imports {name}"
+                for m in MODULES if not m.within("ebpfkit.engine")
+                for node, name in _imports(m) if _under(name, "ebpfkit.engine._libbpf")]
+    _fail_with(offences, "outside ebpfkit/engine, use the engine's API instead of _libbpf")
+
+
+def test_no_tool_imports_another():
+    offences = []
+    for m in MODULES:
+        own = _tool_of(m.name)
+        if own is None:
+            continue
+        for node, name in _imports(m):
+            other = _tool_of(name)
+            if other is not None and other != own:
+                offences.append(f"{m.where(node)}: tool {own} imports {name} (tool {other})")
+    _fail_with(offences, "tools never import each other: move what they share into a shared layer")
+
+
+def _printing(module: Module):
+    for node in ast.walk(module.tree):
+        if isinstance(node, ast.Call) and _dotted(node.func) in PRINT_CALLS:
+            yield node, f"calls {_dotted(node.func)}()"
+        elif isinstance(node, ast.Attribute) and node.attr in STD_STREAMS and _dotted(node.value) == "sys":
+            yield node, f"uses sys.{node.attr}"
+        elif isinstance(node, ast.ImportFrom) and node.module == "sys" and not node.level:
+            for alias in node.names:
+                if alias.name in STD_STREAMS:
+                    yield node, f"imports sys.{alias.name}"
+
+
+def test_only_the_output_layer_prints():
+    offences = [f"{m.where(node)}: {what}"
+                for m in MODULES if not m.within("ebpfkit.output", *CLI_ENTRY)
+                for node, what in _printing(m)]
+    _fail_with(offences, "print through ebpfkit.output (Output, its logger, forward_output)")
+
+
+def _format_reads(module: Module):
+    """``x.format`` compared with something, and ``.format`` of an Output or its settings."""
+    for node in ast.walk(module.tree):
+        if isinstance(node, ast.Compare):
+            for side in (node.left, *node.comparators):
+                if isinstance(side, ast.Attribute) and side.attr == "format":
+                    yield side
+        elif isinstance(node, ast.Attribute) and node.attr == "format":
+            owner = _dotted(node.value).rpartition(".")[2]
+            if owner in ("out", "output", "settings") or owner.endswith("_settings"):
+                yield node
+
+
+def test_only_the_output_layer_reads_the_format():
+    offences = [f"{m.where(node)}: reads {_dotted(node) or '.format'}"
+                for m in MODULES if not m.within("ebpfkit.output")
+                for node in _format_reads(m)]
+    _fail_with(offences, "hand results to ebpfkit.output; it decides how they look")
