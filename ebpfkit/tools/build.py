@@ -23,17 +23,19 @@ def build(out_dir):
     """Compile every BPF program into CO-RE objects that load on any BTF kernel without clang."""
     from ..engine.compiler import PREBUILT_DIR
     from ..engine.prebuilt import build_all
-    from ..output import ResultTable
+    from ..output import Column, ResultTable
 
     out = Output.from_context()
     target = out_dir or Path(PREBUILT_DIR)
     _make_dir(target)
     built = build_all(target, progress=lambda name: out.info("compiling %s", name))
     written = sum(b.written for b in built)
-    out.table(ResultTable(["object", "bytes", "written"],
-                          [(str(b.path), b.path.stat().st_size, "yes" if b.written else "no (current)")
-                           for b in built],
-                          title=f"{len(built)} CO-RE objects in {target} ({written} written)"))
+    # the table names each object in the title's directory; JSON and CSV carry the whole path
+    rows = [{"name": b.path.name, "object": str(b.path), "bytes": b.path.stat().st_size,
+             "written": "yes" if b.written else "no (current)"} for b in built]
+    out.banner(f"{len(built)} CO-RE objects in {target} ({written} written)")
+    out.table(ResultTable([Column("object", key="name"), Column("bytes"), Column("written")], rows,
+                          title="CO-RE objects", data_keys=["object", "bytes", "written"]))
 
 
 def _make_dir(path: Path) -> None:

@@ -32,8 +32,9 @@ def test_build_reports_the_objects_it_wrote(tmp_path, fmt):
         (rows,) = csv_tables(result.stdout)
         printed = {r["object"]: int(r["bytes"]) for r in rows}
     else:
-        title = f"{len(on_disk)} CO-RE objects in {out_dir} ({len(on_disk)} written)"
-        printed = {cells[0]: int(cells[1]) for cells in table_sections(result.stdout, [title])[title]}
+        assert f"{len(on_disk)} CO-RE objects in {out_dir} ({len(on_disk)} written)" in result.stderr
+        title = "CO-RE objects"
+        printed = {str(out_dir / cells[0]): int(cells[1]) for cells in table_sections(result.stdout, [title])[title]}
     assert printed == on_disk
     (kept,) = logged(log, "build")
     assert {r["object"]: r["bytes"] for r in kept["rows"]} == on_disk
