@@ -71,7 +71,9 @@ def check(policy):
         out.warn("%s", w)
     record = {"valid": True, **parsed.to_dict(), "resolved": {
         "protected": len(protected), "trusted": len(trusted), "processes": len(exe)}, "warnings": warnings}
-    out.document(record)  # printed in JSON; the banner says it to people
+    summary = {"policy": policy, "state": "valid", "mode": parsed.mode, **record["resolved"],
+               "warnings": warnings}
+    out.document(record, _fields(summary, "guard policy"))
     out.banner(f"{policy}: valid (mode {parsed.mode}; {len(protected)} protected, {len(trusted)} trusted, "
                f"{len(exe)} processes resolved)")
 
