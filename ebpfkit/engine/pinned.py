@@ -103,6 +103,28 @@ def detach_pinned_link(path: str) -> int | None:
         os.close(fd)
 
 
+def prog_exists(prog_id: int) -> bool:
+    """Whether the program ``prog_id`` is still loaded (a released link frees its program
+    in a kernel worker, after the call that dropped the last reference returned)."""
+    fd = L.lib.bpf_prog_get_fd_by_id(prog_id)
+    if fd < 0:
+        return False
+    os.close(fd)
+    return True
+
+
+def pinned_link_prog_id(path: str) -> int | None:
+    """The id of the program the link pinned at ``path`` runs (None: no link there)."""
+    try:
+        fd = open_pin(path)
+    except PinError:
+        return None
+    try:
+        return link_info(fd).prog_id
+    finally:
+        os.close(fd)
+
+
 def detach_links_of(link_type: int, prog_id: int) -> bool:
     """Detach every link of ``link_type`` running ``prog_id`` (the links of a process that
     kept no pin: the kernel would only detach them when their last fd closes). True if any."""

@@ -30,7 +30,7 @@ import time
 
 from ..errors import EbpfkitError, MapError
 from ..engine import features, mounts
-from ..engine.pinned import FdMap, PinError, detach_pinned_link
+from ..engine.pinned import FdMap, PinError, detach_pinned_link, pinned_link_prog_id, prog_exists
 from ..policy import OPERATIONS, GuardPolicy
 from . import logfile
 
@@ -573,11 +573,12 @@ def stop() -> bool:
     if state is None:
         return False
     pid = state.get("agent_pid")
-    names = sorted(os.listdir(PIN_DIR))
-    for name in names:
+    links = [os.path.join(PIN_DIR, name) for name in sorted(os.listdir(PIN_DIR)) if name.startswith("link_")]
+    programs = [pinned_link_prog_id(path) for path in links]
+    for path in links:
         # detaches where the kernel can (LSM links: not before 6.x, EOPNOTSUPP); the guard
         # answers EPERM to an untrusted caller, which stops us here, intact
-        if name.startswith("link_") and detach_pinned_link(os.path.join(PIN_DIR, name)) == 1:
+        if detach_pinned_link(path) == 1:
             raise GuardError(f"denied: only a subject the running guard trusts may stop it; "
                              f"{TRUST_HINT}", EXIT_DENIED)
     try:
@@ -592,6 +593,11 @@ def stop() -> bool:
     if agent_alive(pid):
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
+    # the last reference gone, the kernel releases the links (and their hooks) in a worker:
+    # return once it has, so that what the guard denied is allowed when `stop` is done
+    deadline = time.monotonic() + 10
+    while any(p and prog_exists(p) for p in programs) and time.monotonic() < deadline:
+        time.sleep(0.05)
     with contextlib.suppress(OSError):
         os.unlink(STATE_FILE)
     return True

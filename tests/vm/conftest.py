@@ -71,6 +71,7 @@ def pytest_collection_modifyitems(config, items):
         raise pytest.UsageError(f"cannot build the prebuilt CO-RE objects the VM tests load: {exc}") from None
 
 
+@pytest.fixture
 def kernel_version() -> tuple[int, int]:
     """(major, minor) of the kernel the test runs in: what a kernel-dependent path depends on."""
     return tuple(int(x) for x in os.uname().release.split("-")[0].split(".")[:2])
