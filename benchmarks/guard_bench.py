@@ -17,7 +17,7 @@ same two hooks: what BPF-LSM itself costs on this kernel, whatever the programs 
 
 Measurements are paired, because a shared machine under emulation drifts by tens of percent
 over minutes: the guard's object (guard.bpf.c, filled by the guard's own resolve/apply) is
-loaded once per mode and its 18 hooks are attached and detached between measurements,
+loaded once per mode and its hooks (20 on a kernel) are attached and detached between measurements,
 off and on alternating (off-on, on-off, ...). Each mode's ratio is the median over rounds
 of on/off of one pair; the spread of those ratios is printed as the noise. A measurement is
 the fastest of several batches, as in loop.c: interference can only add time. (The agent and
@@ -185,7 +185,7 @@ class Hooks:
 
     def on(self):
         if not self.links:
-            self.links = [p.attach() for p in self.obj.programs.values()]
+            self.links = [p.attach() for p in self.obj.programs.values() if p.autoload]  # loaded ones
 
     def off(self):
         for link in self.links:
