@@ -60,16 +60,22 @@ def pin(fd: int, path: str) -> None:
         raise PinError(f"cannot pin {path}: {os.strerror(abs(err))}", abs(err))
 
 
-def pinned_prog_id(path: str) -> int | None:
-    """The id of the program pinned at ``path``, or None when nothing is pinned there."""
+def _with_pin(path: str, use):
+    """``use(fd)`` of the object pinned at ``path`` (the fd closed after), or None when
+    nothing is pinned there."""
     try:
         fd = open_pin(path)
     except PinError:
         return None
     try:
-        return info(fd, L.bpf_prog_info).id
+        return use(fd)
     finally:
         os.close(fd)
+
+
+def pinned_prog_id(path: str) -> int | None:
+    """The id of the program pinned at ``path``, or None when nothing is pinned there."""
+    return _with_pin(path, lambda fd: info(fd, L.bpf_prog_info).id)
 
 
 def link_info(fd: int) -> L.bpf_link_info:
@@ -93,14 +99,7 @@ def prog_detach(prog_fd: int, target_fd: int, attach_type: int) -> int:
 def detach_pinned_link(path: str) -> int | None:
     """BPF_LINK_DETACH the link pinned at ``path`` (the pin stays): 0, the errno, or None
     when no link can be opened there."""
-    try:
-        fd = open_pin(path)
-    except PinError:
-        return None
-    try:
-        return detach_link(fd)
-    finally:
-        os.close(fd)
+    return _with_pin(path, detach_link)
 
 
 def prog_exists(prog_id: int) -> bool:
@@ -115,14 +114,7 @@ def prog_exists(prog_id: int) -> bool:
 
 def pinned_link_prog_id(path: str) -> int | None:
     """The id of the program the link pinned at ``path`` runs (None: no link there)."""
-    try:
-        fd = open_pin(path)
-    except PinError:
-        return None
-    try:
-        return link_info(fd).prog_id
-    finally:
-        os.close(fd)
+    return _with_pin(path, lambda fd: link_info(fd).prog_id)
 
 
 def detach_links_of(link_type: int, prog_id: int) -> bool:
