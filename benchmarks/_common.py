@@ -30,7 +30,7 @@ EBPFKIT_SOURCES = {
     "opencount": str(PROGRAMS / "opencount.bpf.c"),
     "opencount-rawtp": str(PROGRAMS / "opencount_rawtp.bpf.c"),
     "opencount-fentry": str(PROGRAMS / "opencount_fentry.bpf.c"),
-    "runqlat": "runqlat.bpf.c",  # ebpfkit's own program, found by name like a tool would
+    "runqlat": str(REPO / "ebpfkit" / "tools" / "runqlat" / "runqlat.bpf.c"),  # the tool's own program
 }
 BCC_SOURCES = {"opencount": PROGRAMS / "opencount_bcc.c", "runqlat": PROGRAMS / "runqlat_bcc.c"}
 BPFTRACE_SOURCES = {"opencount": PROGRAMS / "opencount.bt", "runqlat": PROGRAMS / "runqlat.bt"}

@@ -1,4 +1,4 @@
-/* Shared by runqlat.bpf.c and, through BTF, by ebpfkit/tools/runqlat.py. */
+/* Shared by runqlat.bpf.c and, through BTF, by session.py (the map values it decodes). */
 #ifndef __RUNQLAT_H
 #define __RUNQLAT_H
 
