@@ -1139,7 +1139,9 @@ def _probe_test_run():
 
 # --- what to do about a missing feature ------------------------------------------------
 
-_VM = "or run in the VM harness: `ebpfkit vm run`"
+_LSM_HINT = "boot a kernel built with CONFIG_BPF_LSM=y with lsm=...,bpf on its command line"
+_TRAMPOLINE_HINT = ("use a kernel whose BPF trampolines are built and not locked "
+                    "(CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS=y)")
 _CGROUP_HINT = "needs cgroup v2 (mount -t cgroup2 none /sys/fs/cgroup) and CONFIG_CGROUP_BPF=y"
 HINTS = {
     "btf": BTF_SOURCES_HINT,
@@ -1152,19 +1154,16 @@ HINTS = {
     "bpffs": "as root: mount -t bpf bpf /sys/fs/bpf",
     "tracefs": "as root: mount -t tracefs tracefs /sys/kernel/tracing",
     "lockdown": "boot with lockdown=integrity (or none): confidentiality forbids BPF kernel reads",
-    "lsm_active": "boot with lsm=...,bpf on the kernel command line (CONFIG_BPF_LSM=y), " + _VM,
-    "lsm": "boot with lsm=...,bpf on the kernel command line (CONFIG_BPF_LSM=y), " + _VM,
+    "lsm_active": _LSM_HINT,
+    "lsm": _LSM_HINT,
     "tracepoint": "needs CONFIG_TRACEPOINTS and CONFIG_PERF_EVENTS, and tracefs "
                   "(mount -t tracefs tracefs /sys/kernel/tracing)",
     "raw_tp": "needs a kernel >= 4.17",
     "tp_btf": "needs a kernel >= 5.5 with BTF (CONFIG_DEBUG_INFO_BTF=y); use tracepoints instead",
-    "kprobe": "use a kernel with CONFIG_KPROBES=y, " + _VM + "; or use a tracepoint "
-              "(best_hook() picks one)",
-    "fentry": "use a kernel with BPF trampolines (CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS), "
-              + _VM + "; kprobes or tracepoints are the fallback",
-    "fexit": "use a kernel with BPF trampolines (CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS), "
-             + _VM + "; kretprobes or tracepoints are the fallback",
-    "uprobe": "use a kernel with CONFIG_UPROBE_EVENTS=y, " + _VM,
+    "kprobe": "use a kernel with CONFIG_KPROBES=y, or a tracepoint (best_hook() picks one)",
+    "fentry": _TRAMPOLINE_HINT + "; kprobes or tracepoints are the fallback",
+    "fexit": _TRAMPOLINE_HINT + "; kretprobes or tracepoints are the fallback",
+    "uprobe": "use a kernel with CONFIG_UPROBE_EVENTS=y",
     "perf_event": "needs CONFIG_PERF_EVENTS; check /proc/sys/kernel/perf_event_paranoid",
     "xdp_native": "the device's driver has no native XDP: use generic mode",
     "xdp_generic": "needs a kernel >= 4.12 with XDP (CONFIG_BPF_SYSCALL, CONFIG_NET)",

@@ -110,8 +110,8 @@ def attach_error(err: int, kind: str, target: str, program: str) -> Exception:
         if os.geteuid() != 0:
             return PermissionDeniedError(f"{what}: permission denied", hint="run as root")
         return NotSupportedError(kind, f"{what}: the kernel refused it (EPERM)",
-                                 hint="the kernel may lock this hook (lockdown, or trampolines "
-                                      "disabled); `ebpfkit doctor` shows what this kernel allows")
+                                 hint="the kernel may lock this hook: lockdown (boot with lockdown=none or "
+                                      "integrity), or BPF trampolines disabled")
     if err == 2:
         return AttachError(f"{what}: {target or 'target'} does not exist on this kernel")
     if err in (95, 524, 22) and kind in ("kprobe", "kretprobe") and perf.pmu_type("kprobe") is None:

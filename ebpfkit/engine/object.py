@@ -432,8 +432,8 @@ def _load_error(spec: ObjectSpec, err: int, log_mem: mmap.mmap, messages: list[s
         kind = prog.section.split("/")[0] if prog else "bpf"
         return NotSupportedError(kind, f"the kernel refused to load program '{failed or spec.name}' "
                                        f"(SEC \"{prog.section if prog else '?'}\"): EPERM",
-                                 hint="this program type may be locked on this kernel; "
-                                      "`ebpfkit doctor` shows which hooks are available")
+                                 hint="this program type may be locked on this kernel: lockdown (boot with "
+                                      "lockdown=none or integrity), or BPF trampolines disabled")
     if any("vmlinux BTF" in line or "kernel BTF" in line for line in messages):
         return _kernel_btf_missing(spec)
     if any("CO-RE relocat" in line or "failed to resolve" in line for line in messages):
@@ -457,7 +457,8 @@ def _kernel_btf_missing(spec: ObjectSpec) -> NotSupportedError:
         "kernel_btf", f"{spec.name}: {', '.join(typed[:3])}{more} attach to BTF-typed hooks, which the "
                       f"kernel resolves in its own BTF ({KERNEL_BTF}, missing here): a --btf file serves "
                       "CO-RE relocation only, not these hooks",
-        hint="boot a kernel built with CONFIG_DEBUG_INFO_BTF=y; `ebpfkit doctor` shows which tools run without it")
+        hint="boot a kernel built with CONFIG_DEBUG_INFO_BTF=y, or use hooks that are not BTF-typed "
+             "(tracepoints, raw tracepoints, kprobes)")
 
 
 _STATS = ("processed ", "verification time", "stack depth", "max_states_per_insn", "mark_read")

@@ -260,7 +260,7 @@ def test_require(run, kernel):
             F.require("kprobe")
         assert info.value.feature == "kprobe"
         assert "CONFIG_KPROBES" in str(info.value)
-        assert "CONFIG_KPROBES=y" in info.value.hint and "ebpfkit vm run" in info.value.hint
+        assert "CONFIG_KPROBES=y" in info.value.hint and "tracepoint" in info.value.hint
     if kernel["fentry"]:
         assert F.require("fentry").supported
     else:
