@@ -17,6 +17,7 @@ import pytest
 
 import ebpfkit
 from ebpfkit.engine import _libbpf as L
+from ebpfkit.bcc.probe import bcc_available
 from ebpfkit.engine import features as F
 from ebpfkit.engine.constants import MapType, ProgType
 from ebpfkit.errors import NotSupportedError, PermissionDeniedError
@@ -219,7 +220,7 @@ def test_plain_facts():
     assert F.libbpf_version().startswith("1.")
     assert F.clang_version().supported and F.clang_version().value.startswith("14.")
     assert F.btf_available().value == "/sys/kernel/btf/vmlinux"
-    bcc = F.bcc_available()
+    bcc = bcc_available()
     assert bcc.status in (F.SUPPORTED, F.UNSUPPORTED)
     if bcc.supported:
         assert os.path.exists(bcc.value)
