@@ -125,11 +125,13 @@ class Program:
     # --- running and statistics ---
 
     def test_run(self, data: bytes = b"", ctx: bytes | None = None, repeat: int = 1,
-                 data_out_size: int | None = None):
-        """BPF_PROG_TEST_RUN: run the program on ``data`` in the kernel without any hook."""
+                 data_out_size: int | None = None, *, flags: int = 0, batch_size: int = 0):
+        """BPF_PROG_TEST_RUN: run the program on ``data`` in the kernel without any hook
+        (``flags``, ``batch_size``: see ebpfkit.engine.testrun, e.g. XDP live frames)."""
         from .testrun import test_run
 
-        return test_run(self.fd, self.name, data, ctx, repeat, data_out_size)
+        return test_run(self.fd, self.name, data, ctx, repeat, data_out_size, flags=flags,
+                        batch_size=batch_size)
 
     def info(self) -> L.bpf_prog_info:
         info = L.bpf_prog_info()
