@@ -51,6 +51,13 @@ class Link(Resource):
             raise AttachError(f"cannot pin {self.kind} link at {path}: {os.strerror(-err)}")
         self.pinned_at = path
 
+    def info(self):
+        """What the kernel says of this bpf_link (an ``inventory.LinkInfo``: id, type,
+        program id, target)."""
+        from .inventory import link_info
+
+        return link_info(self.fd)
+
     def unpin(self) -> None:
         if self.pinned_at:
             os.unlink(self.pinned_at)
