@@ -236,6 +236,14 @@ class _Base:
         ptr = self._sections.get(section)
         return Globals(ptr, self.btf, section, writable) if ptr else None
 
+    def section_bytes(self, section: str) -> bytes:
+        """A global-data section's (".data", ".rodata", ".bss") bytes: its initial values
+        before load, the live memory of .bss and .data after."""
+        found = self._globals(section, lambda: False)
+        if found is None:
+            raise KeyError(f"{self.name} has no {section} section")
+        return bytes(found._memory())
+
 
 class ObjectSpec(_Base, Resource):
     """An opened object: edit ``rodata``, map sizes and autoload, then ``load()``."""
