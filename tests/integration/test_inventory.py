@@ -78,3 +78,23 @@ def test_listing_shows_what_was_loaded_and_attached_until_closed(veth_pair, netn
 def test_unknown_kind_is_refused():
     with pytest.raises(ValueError, match="prog, link, map"):
         inventory.ids("btf")
+
+
+def test_detach_links_of_a_program_found_through_the_listing(veth_pair, netns):
+    """pinned.detach_links_of: what `xdp ... detach` does to a foreground run's link, which
+    no pin holds: found by program id among the kernel's links, detached, the link left."""
+    from ebpfkit.engine.pinned import detach_links_of
+    from ebpfkit.net import xdp_attached
+
+    a = veth_pair.a
+    with ebpfkit.compile(text=PROGRAM, name="inventory.bpf.c").load() as obj:
+        prog = obj.programs["inv_xdp"]
+        link = netns.run(prog.attach_xdp, a.ifindex, "generic")
+        prog_id = prog.info().id
+        assert xdp_attached(netns.name, a.ifname)["prog_id"] == prog_id
+        assert not detach_links_of(LinkType.TCX, prog_id)  # another link type: left alone
+        assert xdp_attached(netns.name, a.ifname)["prog_id"] == prog_id
+        assert detach_links_of(LinkType.XDP, prog_id)
+        assert xdp_attached(netns.name, a.ifname) == {}
+        assert inventory.link(link.info().id) is not None  # detached, not destroyed: its fd is ours
+        assert not detach_links_of(LinkType.XDP, prog_id + 1_000_000)
