@@ -47,7 +47,7 @@ from types import SimpleNamespace
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import ebpfkit  # noqa: E402
-from ebpfkit.engine import _libbpf as L  # noqa: E402
+from ebpfkit.engine.constants import BPF_F_TEST_XDP_LIVE_FRAMES  # noqa: E402
 from ebpfkit.net import NetNS, create_veth, in_netns  # noqa: E402
 
 SRC, DST = "198.18.0.1", "198.19.0.1"   # benchmark address ranges (RFC 2544)
@@ -60,7 +60,6 @@ SEC("xdp") int xdp_noop(struct xdp_md *ctx) { return XDP_PASS; }
 SEC("xdp") int xdp_gen_tx(struct xdp_md *ctx) { return XDP_TX; }
 char LICENSE[] SEC("license") = "GPL";
 """
-BPF_F_TEST_XDP_LIVE_FRAMES = 1 << 1
 
 
 def log(msg: str) -> None:
@@ -137,21 +136,15 @@ class Lab:
         return count, time.monotonic() - t
 
     def live_frames(self, count: int) -> tuple[int, float]:
-        prog_fd = self.gen.programs["xdp_gen_tx"].fd
+        program = self.gen.programs["xdp_gen_tx"]
         frame = self.frame
-        ifindex = self.pair.b.ifindex
+        # struct xdp_md: data, data_end, data_meta, ingress_ifindex (the frames go out of it), ...
+        ctx = struct.pack("IIIIII", 0, len(frame), 0, self.pair.b.ifindex, 0, 0)
 
         def work():
             os.sched_setaffinity(0, {0})  # this thread only, like trafgen's one process on CPU 0
-            data = ctypes.create_string_buffer(frame, len(frame))
-            ctx = ctypes.create_string_buffer(struct.pack("IIIIII", 0, len(frame), 0, ifindex, 0, 0), 24)
-            opts = L.bpf_test_run_opts(data_in=ctypes.cast(data, ctypes.c_void_p), data_size_in=len(frame),
-                                       ctx_in=ctypes.cast(ctx, ctypes.c_void_p), ctx_size_in=24,
-                                       repeat=count, flags=BPF_F_TEST_XDP_LIVE_FRAMES, batch_size=256)
             t = time.monotonic()
-            err = L.lib.bpf_prog_test_run_opts(prog_fd, ctypes.byref(opts))
-            if err:
-                raise OSError(-err, f"live frames: {os.strerror(-err)}")
+            program.test_run(frame, ctx, repeat=count, flags=BPF_F_TEST_XDP_LIVE_FRAMES, batch_size=256)
             return time.monotonic() - t
 
         return count, in_netns(self.tx.name, work)
@@ -357,6 +350,7 @@ def _xdp_filter_testrun(hit: bytes, miss: bytes, ns_per_packet) -> dict:
     row = {"program": "xdp-filter", "rules": 10_000, "shape": "/32 (hash)", "load_s": 0.0}
     if not shutil.which("xdp-filter"):
         return dict(row, error="xdp-filter not installed (apt-get install xdp-tools)")
+    from ebpfkit.engine import inventory
     from ebpfkit.engine.testrun import test_run
 
     lab = Lab()
@@ -366,9 +360,10 @@ def _xdp_filter_testrun(hit: bytes, miss: bytes, ns_per_packet) -> dict:
         row["load_s"] = time.monotonic() - t
         try:
             link = json.loads(run("ip", "-j", "-d", "link", "show", "rx0", ns=lab.rx.name).stdout)[0]
-            fd = L.lib.bpf_prog_get_fd_by_id(link["xdp"]["prog"]["id"])
-            if fd < 0:
-                raise OSError(-fd, os.strerror(-fd))
+            prog_id = link["xdp"]["prog"]["id"]
+            fd = inventory.open_by_id("prog", prog_id)
+            if fd is None:
+                raise RuntimeError(f"its program {prog_id} is gone")
             # the shape of an engine Program, for ns_per_packet
             prog = SimpleNamespace(test_run=lambda frame, repeat=1: test_run(fd, "xdp-filter", frame, repeat=repeat))
             try:

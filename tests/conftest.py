@@ -50,17 +50,10 @@ def pytest_collection_modifyitems(config, items):
 # --- what exists now -------------------------------------------------------------------
 
 def _bpf_ids(kind: str) -> set[int]:
-    """Ids of every BPF program/link in the kernel (empty without privileges)."""
-    import ctypes
+    """Ids of every BPF program/link in the kernel."""
+    from ebpfkit.engine import inventory
 
-    from ebpfkit.engine import _libbpf as L
-
-    next_id = getattr(L.lib, f"bpf_{kind}_get_next_id")
-    ids, cur, nxt = set(), 0, ctypes.c_uint32()
-    while next_id(cur, ctypes.byref(nxt)) == 0:
-        cur = nxt.value
-        ids.add(cur)
-    return ids
+    return set(inventory.ids(kind))
 
 
 def _bpf_holders() -> dict[tuple[str, int], set[int]]:

@@ -67,8 +67,8 @@ class BTFBytes:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
             self.size = os.fstat(fd).st_size
-            address = L.libc.mmap(None, self.size, _PROT_READ, _MAP_PRIVATE, fd, 0) if self.size else None
-            if address is not None and address != _MAP_FAILED:
+            address = map_readonly(fd, self.size) if self.size else None
+            if address is not None:
                 self.address = address
                 self.data = (ctypes.c_char * self.size).from_address(address)
                 self._unmap = L.libc.munmap
@@ -105,6 +105,15 @@ class BTFBytes:
 
 _PROT_READ, _MAP_PRIVATE = 1, 2
 _MAP_FAILED = (1 << 64) - 1 if sys.maxsize > 2**32 else (1 << 32) - 1
+
+
+def map_readonly(fd: int, size: int) -> int | None:
+    """The address of the first ``size`` bytes of ``fd`` mapped read-only and private, or
+    None where the file cannot be mapped (sysfs BTF on kernels before 6.16)."""
+    from . import _libbpf as L
+
+    address = L.libc.mmap(None, size, _PROT_READ, _MAP_PRIVATE, fd, 0)
+    return None if address in (None, _MAP_FAILED) else address
 _BTF_MAGIC = (0xEB9F).to_bytes(2, sys.byteorder)
 
 

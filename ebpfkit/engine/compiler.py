@@ -252,8 +252,8 @@ class Compiler:
                 log.info("clang not found; using the prebuilt CO-RE object %s", prebuilt)
                 return prebuilt
             raise NotSupportedError("clang", f"cannot compile {source.name}: no clang >= {MIN_CLANG} found",
-                                    hint=f"apt-get install clang (or set {CLANG_ENV}), or run `ebpfkit build` "
-                                         "where clang exists to ship prebuilt objects")
+                                    hint=f"apt-get install clang (or set {CLANG_ENV}), or build ebpfkit's prebuilt "
+                                         "CO-RE objects where clang exists and ship them")
         started = time.monotonic()
         with _Job(source, obj) as job:
             deps = self._build(job)

@@ -27,11 +27,9 @@ import contextlib
 import ctypes
 import errno as _errno
 import functools
-import importlib.util
 import os
 import platform
 import struct
-import subprocess
 import sys
 import tempfile
 import threading
@@ -198,6 +196,23 @@ _lock = threading.RLock()
 def _register(name: str, label: str):
     def wrap(fn):
         _REGISTRY[name] = (label, fn)
+        return fn
+    return wrap
+
+
+def register(name: str, label: str, hint: str, after: str | None = None):
+    """A decorator adding a probe ``fn(name, label) -> Probe`` from outside the engine (a
+    feature the engine does not use, such as BCC): it takes part in probe_all(), in order
+    after the probe ``after`` (default: last), and require(name) gives ``hint``."""
+    def wrap(fn):
+        with _lock:
+            entries = [(key, entry) for key, entry in _REGISTRY.items() if key != name]
+            at = len(entries) if after is None else [key for key, _ in entries].index(after) + 1
+            entries.insert(at, (name, (label, fn)))
+            _REGISTRY.clear()
+            _REGISTRY.update(entries)
+            HINTS[name] = hint
+            _cache.pop(name, None)
         return fn
     return wrap
 
@@ -433,10 +448,6 @@ def clang_version() -> Probe:
     return probe("clang")
 
 
-def bcc_available() -> Probe:
-    return probe("bcc")
-
-
 @_register("btf", "BTF for CO-RE")
 def _probe_btf(name, lbl):
     user_file = user_btf_path()
@@ -507,36 +518,6 @@ def _probe_type_walk(name, lbl):
         return Probe(name, lbl, UNSUPPORTED, "not built at install (no C compiler): a kernel's first "
                      "compile walks its types in Python, 30-90 ms more")
     return Probe(name, lbl, SUPPORTED, "built at install")
-
-
-def _python_imports_bcc(python: str) -> str | None:
-    """bcc's version when ``python`` can import it (checked in a child process), else None."""
-    code = "import bcc; print(getattr(bcc, '__version__', '?'))"
-    try:
-        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=20,
-                             check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or "?" if out.returncode == 0 else None
-
-
-@_register("bcc", "BCC (python bcc module)")
-def _probe_bcc(name, lbl):
-    pythons = [sys.executable]
-    if os.path.realpath("/usr/bin/python3") != os.path.realpath(sys.executable):
-        pythons.append("/usr/bin/python3")
-    for python in pythons:
-        # our own interpreter: a cheap find_spec first, so a missing bcc costs no child process
-        if python == sys.executable and importlib.util.find_spec("bcc") is None:
-            continue
-        if os.path.exists(python) and (version := _python_imports_bcc(python)) is not None:
-            where = "this python" if python == sys.executable else python
-            reason = f"bcc {version} importable with {where}"
-            headers = f"/lib/modules/{kernel_release()}/build"
-            if not os.path.exists(headers):
-                reason += f" (no kernel headers at {headers}: BCC cannot compile)"
-            return Probe(name, lbl, SUPPORTED, reason, value=python)
-    return Probe(name, lbl, UNSUPPORTED, f"no bcc module for {' or '.join(pythons)}")
 
 
 @_register("bpffs", "bpffs (pins)")
@@ -1139,7 +1120,9 @@ def _probe_test_run():
 
 # --- what to do about a missing feature ------------------------------------------------
 
-_VM = "or run in the VM harness: `ebpfkit vm run`"
+_LSM_HINT = "boot a kernel built with CONFIG_BPF_LSM=y with lsm=...,bpf on its command line"
+_TRAMPOLINE_HINT = ("use a kernel whose BPF trampolines are built and not locked "
+                    "(CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS=y)")
 _CGROUP_HINT = "needs cgroup v2 (mount -t cgroup2 none /sys/fs/cgroup) and CONFIG_CGROUP_BPF=y"
 HINTS = {
     "btf": BTF_SOURCES_HINT,
@@ -1148,23 +1131,19 @@ HINTS = {
     "libbpf": "install libbpf >= 1.0",
     "clang": "install clang >= 11 (apt-get install clang) or set EBPFKIT_CLANG",
     "type_walk": "apt-get install gcc python3-dev, then reinstall ebpfkit (scripts/setup.sh does both)",
-    "bcc": "apt-get install python3-bpfcc (for /usr/bin/python3) and matching kernel headers",
     "bpffs": "as root: mount -t bpf bpf /sys/fs/bpf",
     "tracefs": "as root: mount -t tracefs tracefs /sys/kernel/tracing",
     "lockdown": "boot with lockdown=integrity (or none): confidentiality forbids BPF kernel reads",
-    "lsm_active": "boot with lsm=...,bpf on the kernel command line (CONFIG_BPF_LSM=y), " + _VM,
-    "lsm": "boot with lsm=...,bpf on the kernel command line (CONFIG_BPF_LSM=y), " + _VM,
+    "lsm_active": _LSM_HINT,
+    "lsm": _LSM_HINT,
     "tracepoint": "needs CONFIG_TRACEPOINTS and CONFIG_PERF_EVENTS, and tracefs "
                   "(mount -t tracefs tracefs /sys/kernel/tracing)",
     "raw_tp": "needs a kernel >= 4.17",
     "tp_btf": "needs a kernel >= 5.5 with BTF (CONFIG_DEBUG_INFO_BTF=y); use tracepoints instead",
-    "kprobe": "use a kernel with CONFIG_KPROBES=y, " + _VM + "; or use a tracepoint "
-              "(best_hook() picks one)",
-    "fentry": "use a kernel with BPF trampolines (CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS), "
-              + _VM + "; kprobes or tracepoints are the fallback",
-    "fexit": "use a kernel with BPF trampolines (CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS), "
-             + _VM + "; kretprobes or tracepoints are the fallback",
-    "uprobe": "use a kernel with CONFIG_UPROBE_EVENTS=y, " + _VM,
+    "kprobe": "use a kernel with CONFIG_KPROBES=y, or a tracepoint (best_hook() picks one)",
+    "fentry": _TRAMPOLINE_HINT + "; kprobes or tracepoints are the fallback",
+    "fexit": _TRAMPOLINE_HINT + "; kretprobes or tracepoints are the fallback",
+    "uprobe": "use a kernel with CONFIG_UPROBE_EVENTS=y",
     "perf_event": "needs CONFIG_PERF_EVENTS; check /proc/sys/kernel/perf_event_paranoid",
     "xdp_native": "the device's driver has no native XDP: use generic mode",
     "xdp_generic": "needs a kernel >= 4.12 with XDP (CONFIG_BPF_SYSCALL, CONFIG_NET)",

@@ -51,6 +51,13 @@ class Link(Resource):
             raise AttachError(f"cannot pin {self.kind} link at {path}: {os.strerror(-err)}")
         self.pinned_at = path
 
+    def info(self):
+        """What the kernel says of this bpf_link (an ``inventory.LinkInfo``: id, type,
+        program id, target)."""
+        from .inventory import link_info
+
+        return link_info(self.fd)
+
     def unpin(self) -> None:
         if self.pinned_at:
             os.unlink(self.pinned_at)
@@ -110,8 +117,8 @@ def attach_error(err: int, kind: str, target: str, program: str) -> Exception:
         if os.geteuid() != 0:
             return PermissionDeniedError(f"{what}: permission denied", hint="run as root")
         return NotSupportedError(kind, f"{what}: the kernel refused it (EPERM)",
-                                 hint="the kernel may lock this hook (lockdown, or trampolines "
-                                      "disabled); `ebpfkit doctor` shows what this kernel allows")
+                                 hint="the kernel may lock this hook: lockdown (boot with lockdown=none or "
+                                      "integrity), or BPF trampolines disabled")
     if err == 2:
         return AttachError(f"{what}: {target or 'target'} does not exist on this kernel")
     if err in (95, 524, 22) and kind in ("kprobe", "kretprobe") and perf.pmu_type("kprobe") is None:

@@ -125,11 +125,13 @@ class Program:
     # --- running and statistics ---
 
     def test_run(self, data: bytes = b"", ctx: bytes | None = None, repeat: int = 1,
-                 data_out_size: int | None = None):
-        """BPF_PROG_TEST_RUN: run the program on ``data`` in the kernel without any hook."""
+                 data_out_size: int | None = None, *, flags: int = 0, batch_size: int = 0):
+        """BPF_PROG_TEST_RUN: run the program on ``data`` in the kernel without any hook
+        (``flags``, ``batch_size``: see ebpfkit.engine.testrun, e.g. XDP live frames)."""
         from .testrun import test_run
 
-        return test_run(self.fd, self.name, data, ctx, repeat, data_out_size)
+        return test_run(self.fd, self.name, data, ctx, repeat, data_out_size, flags=flags,
+                        batch_size=batch_size)
 
     def info(self) -> L.bpf_prog_info:
         info = L.bpf_prog_info()
@@ -233,6 +235,14 @@ class _Base:
     def _globals(self, section: str, writable) -> Globals | None:
         ptr = self._sections.get(section)
         return Globals(ptr, self.btf, section, writable) if ptr else None
+
+    def section_bytes(self, section: str) -> bytes:
+        """A global-data section's (".data", ".rodata", ".bss") bytes: its initial values
+        before load, the live memory of .bss and .data after."""
+        found = self._globals(section, lambda: False)
+        if found is None:
+            raise KeyError(f"{self.name} has no {section} section")
+        return bytes(found._memory())
 
 
 class ObjectSpec(_Base, Resource):
@@ -432,8 +442,8 @@ def _load_error(spec: ObjectSpec, err: int, log_mem: mmap.mmap, messages: list[s
         kind = prog.section.split("/")[0] if prog else "bpf"
         return NotSupportedError(kind, f"the kernel refused to load program '{failed or spec.name}' "
                                        f"(SEC \"{prog.section if prog else '?'}\"): EPERM",
-                                 hint="this program type may be locked on this kernel; "
-                                      "`ebpfkit doctor` shows which hooks are available")
+                                 hint="this program type may be locked on this kernel: lockdown (boot with "
+                                      "lockdown=none or integrity), or BPF trampolines disabled")
     if any("vmlinux BTF" in line or "kernel BTF" in line for line in messages):
         return _kernel_btf_missing(spec)
     if any("CO-RE relocat" in line or "failed to resolve" in line for line in messages):
@@ -457,7 +467,8 @@ def _kernel_btf_missing(spec: ObjectSpec) -> NotSupportedError:
         "kernel_btf", f"{spec.name}: {', '.join(typed[:3])}{more} attach to BTF-typed hooks, which the "
                       f"kernel resolves in its own BTF ({KERNEL_BTF}, missing here): a --btf file serves "
                       "CO-RE relocation only, not these hooks",
-        hint="boot a kernel built with CONFIG_DEBUG_INFO_BTF=y; `ebpfkit doctor` shows which tools run without it")
+        hint="boot a kernel built with CONFIG_DEBUG_INFO_BTF=y, or use hooks that are not BTF-typed "
+             "(tracepoints, raw tracepoints, kprobes)")
 
 
 _STATS = ("processed ", "verification time", "stack depth", "max_states_per_insn", "mark_read")

@@ -16,6 +16,7 @@ import sys
 
 from ..errors import EbpfkitError, MapError, NotSupportedError
 from . import _libbpf as L
+from . import inventory
 from .constants import PER_CPU_MAPS, MapType
 
 _ARRAYS = frozenset({MapType.ARRAY, MapType.PERCPU_ARRAY})
@@ -37,12 +38,7 @@ class PinError(EbpfkitError):
 
 def info(fd: int, struct_type):
     """bpf_obj_get_info_by_fd into a ``struct_type`` (bpf_prog_info, bpf_map_info, bpf_link_info)."""
-    out = struct_type()
-    size = ctypes.c_uint32(ctypes.sizeof(out))
-    err = L.lib.bpf_obj_get_info_by_fd(fd, ctypes.byref(out), ctypes.byref(size))
-    if err:
-        raise EbpfkitError(f"fd {fd}: no BPF object info ({os.strerror(abs(err))})")
-    return out
+    return inventory.fill_info(fd, struct_type())
 
 
 def open_pin(path: str, readonly: bool = False) -> int:
@@ -120,18 +116,18 @@ def pinned_link_prog_id(path: str) -> int | None:
 def detach_links_of(link_type: int, prog_id: int) -> bool:
     """Detach every link of ``link_type`` running ``prog_id`` (the links of a process that
     kept no pin: the kernel would only detach them when their last fd closes). True if any."""
-    cur, nxt, done = 0, ctypes.c_uint32(), False
-    while L.lib.bpf_link_get_next_id(cur, ctypes.byref(nxt)) == 0:
-        cur = nxt.value
-        fd = L.lib.bpf_link_get_fd_by_id(cur)
-        if fd < 0:
+    done = False
+    for link in inventory.links():
+        if link.type != link_type or link.prog_id != prog_id:
+            continue
+        try:
+            fd = inventory.open_by_id("link", link.id)
+        except EbpfkitError:  # refused by a policy
+            continue
+        if fd is None:
             continue  # gone meanwhile
         try:
-            link = link_info(fd)
-            if link.type == link_type and link.prog_id == prog_id:
-                done |= detach_link(fd) == 0
-        except EbpfkitError:
-            pass
+            done |= detach_link(fd) == 0
         finally:
             os.close(fd)
     return done

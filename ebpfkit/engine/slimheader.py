@@ -138,6 +138,12 @@ class KernelTypes:
             return ()
         return found if isinstance(found, tuple) else (found,)
 
+    def find(self, name: bytes, kind: int) -> int:
+        """libbpf's own lookup of the type ``name`` of BTF ``kind``: its id, or a negative errno."""
+        from . import _libbpf as L
+
+        return L.lib.btf__find_by_name_kind(self._ptr, name, kind)
+
     def count(self) -> int:
         from . import _libbpf as L
 

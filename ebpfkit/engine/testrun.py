@@ -1,4 +1,8 @@
-"""BPF_PROG_TEST_RUN: run a loaded program on given input inside the kernel, no hook needed."""
+"""BPF_PROG_TEST_RUN: run a loaded program on given input inside the kernel, no hook needed.
+
+With ``flags=BPF_F_TEST_XDP_LIVE_FRAMES`` an XDP program's verdicts are carried out (XDP_TX
+and XDP_REDIRECT send the frames out of the ctx's ingress interface, XDP_PASS hands them to
+the stack), ``batch_size`` frames at a time: a packet generator, such as xdp-trafficgen's."""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from dataclasses import dataclass
 
 from ..errors import EbpfkitError, NotSupportedError
 from . import _libbpf as L
+from .constants import BPF_F_TEST_XDP_LIVE_FRAMES
 
 
 @dataclass
@@ -19,17 +24,27 @@ class TestRunResult:
     __test__ = False  # not a pytest test class
 
 
+def _buffer(data: bytes | None):
+    return ctypes.create_string_buffer(data, len(data)) if data else None
+
+
+def _address(buffer):
+    return ctypes.cast(buffer, ctypes.c_void_p) if buffer is not None else None
+
+
 def test_run(prog_fd: int, name: str, data: bytes = b"", ctx: bytes | None = None, repeat: int = 1,
-             data_out_size: int | None = None) -> TestRunResult:
-    out_size = data_out_size if data_out_size is not None else max(len(data) + 256, 256)
-    data_in = ctypes.create_string_buffer(data, len(data)) if data else None
-    data_out = ctypes.create_string_buffer(out_size) if out_size else None
-    ctx_in = ctypes.create_string_buffer(ctx, len(ctx)) if ctx else None
+             data_out_size: int | None = None, *, flags: int = 0, batch_size: int = 0) -> TestRunResult:
+    """Run the program ``repeat`` times on ``data`` (and ``ctx``); the output packet is read
+    back unless the frames went live (then there is none)."""
+    if data_out_size is None:
+        data_out_size = 0 if flags & BPF_F_TEST_XDP_LIVE_FRAMES else max(len(data) + 256, 256)
+    data_in, ctx_in = _buffer(data), _buffer(ctx)
+    data_out = ctypes.create_string_buffer(data_out_size) if data_out_size else None
     opts = L.bpf_test_run_opts(
-        data_in=ctypes.cast(data_in, ctypes.c_void_p) if data_in else None, data_size_in=len(data),
-        data_out=ctypes.cast(data_out, ctypes.c_void_p) if data_out else None, data_size_out=out_size,
-        ctx_in=ctypes.cast(ctx_in, ctypes.c_void_p) if ctx_in else None,
-        ctx_size_in=len(ctx) if ctx else 0, repeat=repeat)
+        data_in=_address(data_in), data_size_in=len(data),
+        data_out=_address(data_out), data_size_out=data_out_size,
+        ctx_in=_address(ctx_in), ctx_size_in=len(ctx) if ctx else 0,
+        repeat=repeat, flags=flags, batch_size=batch_size)
     err = L.lib.bpf_prog_test_run_opts(prog_fd, ctypes.byref(opts))
     if err:
         if abs(err) in (95, 524):

@@ -13,6 +13,8 @@ from ..errors import (CompileError, EbpfkitError, NotSupportedError, PermissionD
                       VerifierError)
 
 PRIVILEGE_HINT = "run as root or with CAP_BPF,CAP_PERFMON,CAP_NET_ADMIN"
+# The engine's hints name what to enable; which command shows the whole picture is the CLI's to say.
+DOCTOR_HINT = "`ebpfkit doctor` shows what this kernel allows"
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -57,7 +59,7 @@ def describe_error(exc: BaseException, verbosity: int = 0) -> Failure:
     if isinstance(exc, PermissionDeniedError):
         return Failure(EXIT_PERMISSION, str(exc), hint=exc.hint or PRIVILEGE_HINT)
     if isinstance(exc, NotSupportedError):
-        return Failure(EXIT_NOT_SUPPORTED, str(exc), hint=exc.hint)
+        return Failure(EXIT_NOT_SUPPORTED, str(exc), hint="; ".join(filter(None, (exc.hint, DOCTOR_HINT))))
     if isinstance(exc, EbpfkitError):
         return Failure(getattr(exc, "exit_code", EXIT_FAILURE), str(exc), hint=exc.hint)
     if isinstance(exc, OSError) and exc.errno in (errno.EPERM, errno.EACCES):

@@ -3,7 +3,6 @@ Object closed in-process all leave no program, link or map in the kernel."""
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import signal
@@ -15,7 +14,8 @@ import time
 import pytest
 
 import ebpfkit.engine as engine
-from ebpfkit.engine import _libbpf as L
+from ebpfkit.engine import inventory
+from ebpfkit.engine.pinned import FdMap
 from ebpfkit.errors import EbpfkitError, MapError
 
 pytestmark = [
@@ -54,24 +54,11 @@ char LICENSE[] SEC("license") = "GPL";
 """
 
 CHILD = textwrap.dedent("""
-    import ctypes, json, os, sys, time
+    import json, os, sys, time
     import ebpfkit.engine as engine
-    from ebpfkit.engine import _libbpf as L
 
     def link_ids(link):
-        out = []
-        for one in getattr(link, "links", [link]):
-            info = L.bpf_link_info()
-            size = ctypes.c_uint32(ctypes.sizeof(info))
-            assert L.lib.bpf_obj_get_info_by_fd(one.fd, ctypes.byref(info), ctypes.byref(size)) == 0
-            out.append(info.id)
-        return out
-
-    def map_id(m):
-        info = L.bpf_map_info()
-        size = ctypes.c_uint32(ctypes.sizeof(info))
-        assert L.lib.bpf_obj_get_info_by_fd(m.fd, ctypes.byref(info), ctypes.byref(size)) == 0
-        return info.id
+        return [one.info().id for one in getattr(link, "links", [link])]
 
     spec = engine.compile(text=sys.argv[1], name="cleanup_child.bpf.c")
     obj = spec.load({"targ_tgid": os.getpid()})
@@ -82,7 +69,7 @@ CHILD = textwrap.dedent("""
             ids = {
                 "progs": [p.info().id for p in obj.programs.values()],
                 "links": [i for link in links for i in link_ids(link)],
-                "maps": [map_id(m) for m in obj.maps.values()],
+                "maps": [m.raw.id for m in obj.maps.values()],
             }
             print(json.dumps(ids), flush=True)
             while True:
@@ -92,20 +79,12 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def _alive(kind: str, obj_id: int) -> bool:
-    fd = getattr(L.lib, f"bpf_{kind}_get_fd_by_id")(ctypes.c_uint32(obj_id))
-    if fd < 0:
-        return False
-    os.close(fd)
-    return True
-
-
 def _all_gone(ids: dict, timeout: float = 10.0) -> dict:
     """What of ``ids`` is still in the kernel after ``timeout`` (freeing is RCU-deferred)."""
-    kinds = {"progs": "prog", "links": "link", "maps": "map"}
+    lookup = {"progs": inventory.program, "links": inventory.link, "maps": inventory.map}
     deadline = time.monotonic() + timeout
     while True:
-        left = {k: [i for i in v if _alive(kinds[k], i)] for k, v in ids.items()}
+        left = {k: [i for i in v if lookup[k](i) is not None] for k, v in ids.items()}
         if not any(left.values()) or time.monotonic() > deadline:
             return {k: v for k, v in left.items() if v}
         time.sleep(0.05)
@@ -160,20 +139,8 @@ def test_sigterm_runs_the_engine_handler_and_detaches(child):
     assert _all_gone(ids) == {}
 
 
-def _our_map_fd(m) -> int:
-    """An fd of our own on the map, so it outlives the Object for reading."""
-    info = L.bpf_map_info()
-    size = ctypes.c_uint32(ctypes.sizeof(info))
-    assert L.lib.bpf_obj_get_info_by_fd(m.fd, ctypes.byref(info), ctypes.byref(size)) == 0
-    fd = L.lib.bpf_map_get_fd_by_id(info.id)
-    assert fd >= 0
-    return fd
-
-
-def _read_u64(fd: int, key: int) -> int:
-    k, v = ctypes.c_uint32(key), ctypes.c_uint64()
-    assert L.lib.bpf_map_lookup_elem(fd, ctypes.byref(k), ctypes.byref(v)) == 0
-    return v.value
+def _read_u64(counts: FdMap, key: int) -> int:
+    return int.from_bytes(counts.lookup(key.to_bytes(4, sys.byteorder)), sys.byteorder)
 
 
 def _calls(n: int) -> None:
@@ -185,23 +152,23 @@ def test_close_detaches_links_and_programs_stop_counting():
     spec = engine.compile(text=PROGRAM, name="cleanup_child.bpf.c")
     spec.programs["on_sample"].autoload = False
     obj = spec.load({"targ_tgid": os.getpid()})
-    map_fd = -1
+    counts = None
     try:
         enter, exit_ = obj.attach("on_enter", "on_exit")
         prog_ids = [obj.programs[n].info().id for n in ("on_enter", "on_exit")]
-        map_fd = _our_map_fd(obj.maps["counts"])
+        counts = FdMap.of(obj.maps["counts"])  # an fd of our own: it outlives the Object
         _calls(5)
-        assert (_read_u64(map_fd, 0), _read_u64(map_fd, 1)) == (5, 5)
+        assert (_read_u64(counts, 0), _read_u64(counts, 1)) == (5, 5)
 
         enter.close()  # one link: only that program stops
         enter.close()  # twice is harmless
         _calls(3)
-        assert (_read_u64(map_fd, 0), _read_u64(map_fd, 1)) == (5, 8)
+        assert (_read_u64(counts, 0), _read_u64(counts, 1)) == (5, 8)
 
         obj.close()
         assert obj.closed and obj.links == []
         _calls(4)
-        assert (_read_u64(map_fd, 0), _read_u64(map_fd, 1)) == (5, 8)
+        assert (_read_u64(counts, 0), _read_u64(counts, 1)) == (5, 8)
         assert _all_gone({"progs": prog_ids}) == {}
 
         # what belonged to the object says so instead of touching freed memory
@@ -212,5 +179,5 @@ def test_close_detaches_links_and_programs_stop_counting():
         obj.close()
     finally:
         obj.close()
-        if map_fd >= 0:
-            os.close(map_fd)
+        if counts is not None:
+            counts.close()

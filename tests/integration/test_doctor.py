@@ -31,6 +31,8 @@ def test_json_report_matches_what_the_kernel_allows():
                  "xdp_generic", "tc", "sockops", "sk_msg", "cgroup_skb", "cgroup_sock_addr"):
         assert status[name] == "supported", (name, report["features"][name])
     assert report["tools"]["runqlat"]["runs"] is True
+    names = list(report["features"])  # BCC's probe lives outside the engine, listed where it always was
+    assert names[names.index("type_walk") + 1] == "bcc", names
 
 
 def test_table_has_one_row_per_probe_and_fits_100_columns():

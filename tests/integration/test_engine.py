@@ -3,7 +3,6 @@ counted against what the test itself did (N syscalls, K children, M calls of a f
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import platform
@@ -14,7 +13,7 @@ import time
 import pytest
 
 import ebpfkit.engine as engine
-from ebpfkit.engine import _libbpf as L
+from ebpfkit.engine import inventory
 from ebpfkit.engine.btftypes import EnumValue
 from ebpfkit.errors import CompileError, LoadError, MapError, NotSupportedError, VerifierError
 from ebpfkit.histogram import Log2Histogram
@@ -725,12 +724,4 @@ def test_kernel_program_ids_are_gone_after_close():
     assert prog_id > 0
     obj.close()
     obj.close()  # twice is fine
-    assert wait_for(lambda: _prog_fd_by_id(prog_id) is None), f"program {prog_id} is still loaded"
-
-
-def _prog_fd_by_id(prog_id):
-    fd = L.lib.bpf_prog_get_fd_by_id(ctypes.c_uint32(prog_id))
-    if fd < 0:
-        return None
-    os.close(fd)
-    return fd
+    assert wait_for(lambda: inventory.program(prog_id) is None), f"program {prog_id} is still loaded"

@@ -6,7 +6,6 @@ probing leaves nothing behind."""
 
 from __future__ import annotations
 
-import ctypes
 import glob
 import os
 import tempfile
@@ -16,8 +15,9 @@ import time
 import pytest
 
 import ebpfkit
-from ebpfkit.engine import _libbpf as L
+from ebpfkit.bcc.probe import bcc_available
 from ebpfkit.engine import features as F
+from ebpfkit.engine import inventory
 from ebpfkit.engine.constants import MapType, ProgType
 from ebpfkit.errors import NotSupportedError, PermissionDeniedError
 from helpers import wait_for
@@ -83,20 +83,7 @@ def kernel() -> dict[str, bool]:
 
 def _our_prog_ids() -> set[int]:
     """Ids of loaded programs named like the probes' programs."""
-    ids, cur = set(), ctypes.c_uint32(0)
-    while L.lib.bpf_prog_get_next_id(cur.value, ctypes.byref(cur)) == 0:
-        fd = L.lib.bpf_prog_get_fd_by_id(cur.value)
-        if fd < 0:
-            continue  # gone meanwhile
-        try:
-            info = L.bpf_prog_info()
-            size = ctypes.c_uint32(ctypes.sizeof(info))
-            if L.lib.bpf_obj_get_info_by_fd(fd, ctypes.byref(info), ctypes.byref(size)) == 0 \
-                    and info.name == F.PROG_NAME:
-                ids.add(cur.value)
-        finally:
-            os.close(fd)
-    return ids
+    return {p.id for p in inventory.programs() if p.name == F.PROG_NAME.decode()}
 
 
 def _mounts() -> set[tuple[str, str]]:
@@ -219,7 +206,7 @@ def test_plain_facts():
     assert F.libbpf_version().startswith("1.")
     assert F.clang_version().supported and F.clang_version().value.startswith("14.")
     assert F.btf_available().value == "/sys/kernel/btf/vmlinux"
-    bcc = F.bcc_available()
+    bcc = bcc_available()
     assert bcc.status in (F.SUPPORTED, F.UNSUPPORTED)
     if bcc.supported:
         assert os.path.exists(bcc.value)
@@ -260,7 +247,7 @@ def test_require(run, kernel):
             F.require("kprobe")
         assert info.value.feature == "kprobe"
         assert "CONFIG_KPROBES" in str(info.value)
-        assert "CONFIG_KPROBES=y" in info.value.hint and "ebpfkit vm run" in info.value.hint
+        assert "CONFIG_KPROBES=y" in info.value.hint and "tracepoint" in info.value.hint
     if kernel["fentry"]:
         assert F.require("fentry").supported
     else:

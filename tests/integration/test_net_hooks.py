@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import socket
+import struct
 import subprocess
 import threading
 
@@ -122,6 +123,10 @@ int tc_count(struct __sk_buff *skb)
 	bump(&counts, 1, skb->len);
 	return drop ? TC_ACT_SHOT : TC_ACT_OK;
 }
+"""
+
+TX_SRC = HEADERS + r"""
+SEC("xdp") int xdp_tx(struct xdp_md *ctx) { return XDP_TX; }
 """
 
 SOCKMAP_SRC = HEADERS + r"""
@@ -372,6 +377,34 @@ def test_xdp_on_veth_counts_then_drops(veth_pair, netns, peer_netns, mode):
     finally:
         for s in (receiver, sentinel, sender):
             s.close()
+
+
+def test_xdp_live_frames_go_out_of_the_veth(veth_pair, netns, peer_netns):
+    """test_run with BPF_F_TEST_XDP_LIVE_FRAMES carries XDP_TX out: each frame leaves end b
+    and is counted by a program on end a (native XDP there also gives a the NAPI that veth
+    needs to take XDP frames)."""
+    from scapy.layers.inet import IP, UDP
+    from scapy.layers.l2 import Ether
+
+    from ebpfkit.engine.constants import BPF_F_TEST_XDP_LIVE_FRAMES
+
+    a, b = veth_pair.a, veth_pair.b
+    port, n = 9777, 1000
+    frame = bytes(Ether(src=b.mac, dst=a.mac) / IP(src=b.address, dst=a.address)
+                  / UDP(sport=1234, dport=port) / (b"x" * 18))
+    spec = ebpfkit.compile(text=COUNT_SRC, name="net_count.bpf.c")
+    spec.rodata.update({"port": port, "drop": 1})
+    spec.programs["tc_count"].autoload = False
+    with spec.load() as counter, ebpfkit.compile(text=TX_SRC, name="net_tx.bpf.c").load() as gen:
+        netns.run(counter.programs["xdp_count"].attach_xdp, a.ifindex, "native")
+        # struct xdp_md: data, data_end, data_meta, ingress_ifindex (the frames go out of it)
+        ctx = struct.pack("IIIIII", 0, len(frame), 0, b.ifindex, 0, 0)
+        result = peer_netns.run(gen.programs["xdp_tx"].test_run, frame, ctx, repeat=n,
+                                flags=BPF_F_TEST_XDP_LIVE_FRAMES, batch_size=64)
+        assert result.data == b""  # the frames went out, none came back
+        counts = counter.maps["counts"]
+        assert wait_for(lambda: counts[0] == n, 5), f"{counts[0]} of {n} frames arrived"
+        assert counts[1] == n * len(frame)
 
 
 def test_tc_ingress_on_veth_counts(veth_pair, netns, peer_netns):

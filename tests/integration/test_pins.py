@@ -1,14 +1,14 @@
 """What must outlive a process is pinned under /sys/fs/bpf/ebpfkit/<tool>/ and removed by
 removing that directory."""
 
-import ctypes
 import os
+import sys
 
 import pytest
 
 import ebpfkit
-from ebpfkit.engine import _libbpf as L
 from ebpfkit.engine import mounts
+from ebpfkit.engine.pinned import FdMap
 
 pytestmark = pytest.mark.integration
 
@@ -42,14 +42,8 @@ char LICENSE[] SEC("license") = "GPL";
 
 
 def _read_pinned_counter(path: str) -> int:
-    fd = L.lib.bpf_obj_get(path.encode())
-    assert fd >= 0, f"no pinned map at {path}"
-    try:
-        key, value = ctypes.c_uint32(0), ctypes.c_uint64()
-        assert L.lib.bpf_map_lookup_elem(fd, ctypes.byref(key), ctypes.byref(value)) == 0
-        return value.value
-    finally:
-        os.close(fd)
+    with FdMap.open_pinned(path) as counter:
+        return int.from_bytes(counter.lookup(bytes(4)), sys.byteorder)
 
 
 def test_pinned_link_outlives_the_object_until_its_directory_is_removed():

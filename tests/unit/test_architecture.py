@@ -1,7 +1,7 @@
 """The shape of ebpfkit, checked by reading its source (an AST walk; no kernel, no imports of
-the checked modules): libbpf's ctypes layer stays inside the engine, tools do not import each
-other, and only the output layer (and the CLI entry) prints or looks at the output format.
-Each failure lists the offending file:line."""
+the checked modules): libbpf's ctypes layer stays inside the engine (tests and benchmarks use
+the engine's API too), tools do not import each other, and only the output layer (and the
+CLI entry) prints or looks at the output format. Each failure lists the offending file:line."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ ROOT = PACKAGE.parent
 # top-level packages that serve every tool (vm/ is the VM harness the pytest plugin uses too;
 # its tool is ebpfkit/tools/vm/); every tool is a package ebpfkit/tools/<tool>/, and the modules
 # of ebpfkit/tools/ itself (the registry, common CLI plumbing) serve them all
-SHARED_LAYERS = {"engine", "output", "net", "sysinfo", "policy", "vm", "programs"}
+SHARED_LAYERS = {"engine", "output", "net", "sysinfo", "policy", "vm", "programs", "bcc"}
 CLI_ENTRY = {"ebpfkit.cli", "ebpfkit.__main__"}
 PRINT_CALLS = {"print", "click.echo", "click.secho"}
 STD_STREAMS = {"stdout", "stderr"}
@@ -135,6 +135,20 @@ def test_only_the_engine_imports_libbpf():
                 for m in MODULES if not m.within("ebpfkit.engine")
                 for node, name in _imports(m) if _under(name, "ebpfkit.engine._libbpf")]
     _fail_with(offences, "outside ebpfkit/engine, use the engine's API instead of _libbpf")
+
+
+def _tests_and_benchmarks() -> list[Module]:
+    return [Module(".".join(path.relative_to(ROOT).with_suffix("").parts), path,
+                   ast.parse(path.read_text(), str(path)))
+            for top in ("tests", "benchmarks") for path in sorted((ROOT / top).rglob("*.py"))]
+
+
+def test_tests_and_benchmarks_do_not_import_libbpf():
+    offences = [f"{m.where(node)}: imports {name}"
+                for m in _tests_and_benchmarks()
+                for node, name in _imports(m) if _under(name, "ebpfkit.engine._libbpf")]
+    _fail_with(offences, "tests and benchmarks use the engine's public API (inventory, FdMap, "
+                         "Program.test_run, ...), not _libbpf")
 
 
 def test_no_tool_imports_another():

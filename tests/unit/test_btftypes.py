@@ -8,7 +8,6 @@ BTF by hand for what clang 14 does not emit (ENUM64, big endian, legacy bitfield
 
 from __future__ import annotations
 
-import ctypes
 import math
 import pickle
 import shutil
@@ -193,21 +192,10 @@ def var_type(btf, section, name):
 
 def section_initial_bytes(obj_path, suffix: str) -> bytes:
     """The initial contents of a global-data map (".data", ".rodata") as libbpf sees them."""
-    from ebpfkit.engine._libbpf import lib
+    from ebpfkit.engine import open_object
 
-    o = lib.bpf_object__open_file(str(obj_path).encode(), None)
-    assert o
-    try:
-        m = lib.bpf_object__next_map(o, None)
-        while m:
-            if lib.bpf_map__name(m).decode().endswith(suffix):
-                size = ctypes.c_size_t()
-                ptr = lib.bpf_map__initial_value(m, ctypes.byref(size))
-                return ctypes.string_at(ptr, size.value)
-            m = lib.bpf_object__next_map(o, m)
-        raise AssertionError(f"no {suffix} map")
-    finally:
-        lib.bpf_object__close(o)
+    with open_object(obj_path) as spec:
+        return spec.section_bytes(suffix)
 
 
 def g_init_bytes(obj, btf) -> bytes:

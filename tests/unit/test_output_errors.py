@@ -6,7 +6,7 @@ import pytest
 from ebpfkit.errors import (AttachError, CompileError, EbpfkitError, LoadError, MapError,
                             NotSupportedError, PermissionDeniedError, VerifierError)
 from ebpfkit.output import describe_error, invoke_cli, run_cli
-from ebpfkit.output.errors import PRIVILEGE_HINT
+from ebpfkit.output.errors import DOCTOR_HINT, PRIVILEGE_HINT
 
 VERIFIER_LOG = "0: R1=ctx() R10=fp0\n0: (61) r2 = *(u32 *)(r1 +0)\ninvalid bpf_context access"
 
@@ -58,7 +58,13 @@ def test_permission_error_from_the_os(runner, make_cli):
 def test_not_supported_shows_its_hint(runner, make_cli):
     code, _, err = run(runner, make_cli, NotSupportedError("btf", "kernel has no BTF",
                                                           hint="enable CONFIG_DEBUG_INFO_BTF"))
-    assert code == 3 and "Error: kernel has no BTF" in err and "Hint: enable CONFIG_DEBUG_INFO_BTF" in err
+    assert code == 3 and "Error: kernel has no BTF" in err
+    assert f"Hint: enable CONFIG_DEBUG_INFO_BTF; {DOCTOR_HINT}" in err
+
+
+def test_not_supported_without_a_hint_points_at_doctor(runner, make_cli):
+    code, _, err = run(runner, make_cli, NotSupportedError("ringbuf", "no ring buffers"))
+    assert code == 3 and f"Hint: {DOCTOR_HINT}" in err
 
 
 def test_verifier_error_log_only_when_verbose(runner, make_cli):

@@ -22,6 +22,7 @@ _MARK = {"supported": "yes", "unsupported": "no", "unknown": "?"}
 @tool_options
 def doctor(fix):
     """Probe this kernel (BTF, lockdown, LSM, program and attach types) and the tools' hooks."""
+    from ...bcc import probe as bcc_probe  # noqa: F401 (registers the "bcc" probe: doctor lists it)
     from ...engine import features
     from .. import TOOLS
 
