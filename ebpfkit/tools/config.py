@@ -31,6 +31,14 @@ class ToolConfig:
         """A tool's own rules (ranges, existence); raise ConfigError naming the field."""
 
     @classmethod
+    def given(cls, config=None, **settings):
+        """``config`` itself, or one built from keyword settings: what a session's
+        ``open(config)`` / ``open(pid=1, ...)`` takes, never both."""
+        if config is not None and settings:
+            raise TypeError("give a Config or keyword settings, not both")
+        return config if config is not None else cls(**settings)
+
+    @classmethod
     def from_mapping(cls, values: Mapping[str, object]):
         """From a YAML mapping (dashes in keys read as underscores); unknown keys are errors."""
         known = [f.name for f in dataclasses.fields(cls)]

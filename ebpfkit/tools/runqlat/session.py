@@ -76,9 +76,7 @@ class Session:
 
 def open(config: Config | None = None, **settings) -> Session:  # noqa: A001 - the session verb
     """Start tracing with ``config``, or with a Config built from keyword arguments."""
-    if config is not None and settings:
-        raise TypeError("open() takes a Config or keyword settings, not both")
-    return Session(config if config is not None else Config(**settings))
+    return Session(Config.given(config, **settings))
 
 
 def _choose_hook(spec) -> str:
