@@ -46,6 +46,9 @@ class ToolConfig:
         for key in settings:
             if key not in known:
                 raise ConfigError(key, f"unknown setting; known ones: {', '.join(known)}")
+        for f in dataclasses.fields(cls):  # a setting without a default must be given
+            if f.name not in settings and f.default is f.default_factory is dataclasses.MISSING:
+                raise ConfigError(f.name, "a value is required")
         return cls(**settings)
 
 
