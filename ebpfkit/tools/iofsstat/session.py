@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from ...errors import ConfigError
 from ..config import ToolConfig, check_pid
+from ..session import ToolSession
 
 HOOK_CHOICES = ("auto", "fexit", "tracepoint")
 
@@ -96,7 +97,7 @@ class Interval:
     files: list[dict] = field(default_factory=list)
 
 
-class Session:
+class Session(ToolSession):
     """Loaded and attached until ``close()`` (or the end of a ``with``); ``sample()`` once per
     interval. ``hook`` is "fexit" or "tracepoint", ``hook_label`` what it covers."""
 
@@ -160,11 +161,6 @@ class Session:
             obj, self._obj = self._obj, None
             obj.close()
 
-    def __enter__(self) -> "Session":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     # --- one interval ---
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from ...errors import ConfigError
 from ..config import ToolConfig, check_pid, check_positive
+from ..session import ToolSession
 
 if TYPE_CHECKING:
     from .fileformat import Recording
@@ -72,7 +73,7 @@ class RecordSummary:
     dropped_syscalls: int  # syscalls not recorded: too many in flight at once
 
 
-class Session:
+class Session(ToolSession):
     """Loaded and attached until ``close()`` (or the end of a ``with``); ``record()`` writes
     the file. The file is created only once the programs run: a failed load leaves none."""
 
@@ -176,12 +177,6 @@ class Session:
             self._tracker.close()
             if self._writer is not None:
                 self._writer.close()
-
-    def __enter__(self) -> "Session":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 def open(config: Config | None = None, **settings) -> Session:  # noqa: A001 - the session verb
