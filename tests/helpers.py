@@ -35,3 +35,24 @@ def ek_json(capsys, *args):
     rc, out, err = ek(capsys, "--format", "json", *args)
     assert rc == 0, err
     return json.loads(out.strip().splitlines()[-1])
+
+
+def same_config_error(capsys, config_class, settings: dict, cli_args, option: str, message: str):
+    """A bad value is one error whichever way the configuration was built: ``config_class(
+    **settings)`` (a notebook) and ``config_class.from_mapping(settings)`` (a YAML file) raise
+    the same ConfigError naming the setting, and `ebpfkit CLI_ARGS` exits 2 naming ``option``.
+    Returns the ConfigError."""
+    import pytest
+
+    from ebpfkit.errors import ConfigError
+
+    with pytest.raises(ConfigError) as direct:
+        config_class(**settings)
+    with pytest.raises(ConfigError) as mapped:
+        config_class.from_mapping({k.replace("_", "-"): v for k, v in settings.items()})
+    assert str(direct.value) == str(mapped.value)
+    assert message in direct.value.reason and direct.value.field in settings
+    rc, _, err = ek(capsys, *cli_args)
+    assert rc == 2, err
+    assert f"Invalid value for {option}: {direct.value.reason}" in err, err
+    return direct.value

@@ -32,8 +32,14 @@ def _existing_pid(ctx, param, value):
 def build_config(config_class, **values):
     """A tool's Config from the command's options; a bad value is a usage error naming the
     option it came from (the Config names the setting, which is the option's name)."""
-    with _as_bad_parameter(click.get_current_context()):
+    with usage_errors():
         return config_class(**values)
+
+
+def usage_errors():
+    """Within it, a ConfigError (a bad value found by a Config, or by a session when it
+    meets the thing the value names) is a usage error naming the command's option."""
+    return _as_bad_parameter(click.get_current_context())
 
 
 @contextlib.contextmanager

@@ -31,6 +31,14 @@ class ToolConfig:
         """A tool's own rules (ranges, existence); raise ConfigError naming the field."""
 
     @classmethod
+    def given(cls, config=None, **settings):
+        """``config`` itself, or one built from keyword settings: what a session's
+        ``open(config)`` / ``open(pid=1, ...)`` takes, never both."""
+        if config is not None and settings:
+            raise TypeError("give a Config or keyword settings, not both")
+        return config if config is not None else cls(**settings)
+
+    @classmethod
     def from_mapping(cls, values: Mapping[str, object]):
         """From a YAML mapping (dashes in keys read as underscores); unknown keys are errors."""
         known = [f.name for f in dataclasses.fields(cls)]
@@ -38,6 +46,9 @@ class ToolConfig:
         for key in settings:
             if key not in known:
                 raise ConfigError(key, f"unknown setting; known ones: {', '.join(known)}")
+        for f in dataclasses.fields(cls):  # a setting without a default must be given
+            if f.name not in settings and f.default is f.default_factory is dataclasses.MISSING:
+                raise ConfigError(f.name, "a value is required")
         return cls(**settings)
 
 

@@ -39,3 +39,19 @@ def test_build_reports_the_objects_it_wrote(tmp_path, fmt):
     assert printed == on_disk
     (kept,) = logged(log, "build")
     assert {r["object"]: r["bytes"] for r in kept["rows"]} == on_disk
+
+
+def test_a_session_builds_and_says_what_it_built(tmp_path):
+    """build.build(out_dir) as a notebook calls it: one object per shipped program, as on
+    disk; a second build writes nothing (each object is current)."""
+    from ebpfkit.tools import build
+
+    out_dir = tmp_path / "objs"
+    names = []
+    result = build.build(out_dir=str(out_dir), progress=names.append)
+    assert names == [src.name for src in PROGRAMS]
+    assert result.out_dir == out_dir and result.written == len(PROGRAMS)
+    assert {o.path: o.bytes for o in result.objects} == \
+        {out_dir / f"{src.name[:-2]}.o": (out_dir / f"{src.name[:-2]}.o").stat().st_size for src in PROGRAMS}
+    again = build.build(build.Config(out_dir=str(out_dir)))
+    assert again.written == 0 and [o.path for o in again.objects] == [o.path for o in result.objects]

@@ -62,3 +62,32 @@ def test_csv_and_log_say_what_the_kernel_allows(tmp_path):
     assert {name: f["status"] for name, f in report["features"].items()} == \
         {name: p.status for name, p in probes.items()}
     assert report["kernel"] == features.kernel_release() and report["tools"]["runqlat"]["runs"] is True
+
+
+def test_a_session_reports_the_same_as_data():
+    """doctor.report() as a notebook calls it: the probes are the engine's, re-probed on their
+    own; every tool with hooks has a status, and the one that runs names its first hook whose
+    features this kernel has."""
+    from ebpfkit.tools import TOOLS, doctor
+
+    found = doctor.report()
+    assert found.kernel == features.kernel_release() and found.mounted == []
+    for name in ("kprobe", "fexit", "lsm", "tracepoint", "tp_btf"):
+        assert found.probes[name].status == features.probe(name).status
+    assert {t.tool for t in found.tools} == {name for name, info in TOOLS.items() if info.hooks}
+    for status in found.tools:
+        usable = [label for label, needs in TOOLS[status.tool].hooks
+                  if all(features.probe(n).supported for n in needs)]
+        assert status.runs == bool(usable), status
+        assert status.hook == usable[0] if usable else status.hook.startswith("needs "), status
+    assert found.btf["kernel_btf"] == features.probe("kernel_btf").supported
+
+
+def test_a_bad_setting_is_one_error_from_every_entry():
+    from ebpfkit.errors import ConfigError
+    from ebpfkit.tools import doctor
+
+    for build in (lambda: doctor.Config(fix="yes"), lambda: doctor.report(fix="yes"),
+                  lambda: doctor.Config.from_mapping({"fix": "yes"})):
+        with pytest.raises(ConfigError, match="fix: expected bool, got str 'yes'"):
+            build()

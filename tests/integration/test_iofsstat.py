@@ -16,7 +16,7 @@ import pytest
 from ebpfkit.engine import features
 from ebpfkit.net import ChildCgroup
 from ebpfkit.sysinfo.diskstats import read_diskstats
-from ebpfkit.tools.iofsstat.cli import IofsStat
+from ebpfkit.tools import iofsstat
 from outputs import csv_tables, logged
 
 pytestmark = [
@@ -313,10 +313,10 @@ def test_disk_view_matches_diskstats_deltas(ext4_loop, tool):
     when nothing moved in between (ext4's journal may write at any moment)."""
     name = ext4_loop.name
     target = ext4_loop.mountpoint / "diskstats.bin"
-    with IofsStat(disk=name) as session:
+    with iofsstat.open(disk=name) as session:
         for _ in range(10):
             before = read_diskstats()[name]
-            session.collect()
+            session.sample()
             start = read_diskstats()[name]
             with open(target, "wb") as f:
                 f.write(os.urandom(2 * MIB))
@@ -326,7 +326,7 @@ def test_disk_view_matches_diskstats_deltas(ext4_loop, tool):
                 f.read()
             time.sleep(0.05)
             end = read_diskstats()[name]
-            interval = session.collect()
+            interval = session.sample()
             after = read_diskstats()[name]
             if before == start and end == after:
                 break
@@ -341,3 +341,30 @@ def test_disk_view_matches_diskstats_deltas(ext4_loop, tool):
     assert disk["r_iops"] == pytest.approx(disk["reads"] / interval.seconds, abs=0.01)
     assert disk["util"] == pytest.approx(min(100, (end.io_ms - start.io_ms) / interval.seconds / 10),
                                          abs=0.01)
+
+
+def test_a_session_in_this_process_sees_its_own_file_io(tmp_path):
+    """As a notebook uses it: open a session on this process, write and read a file of known
+    size, and the next sample has that file, this PID, and at least those bytes."""
+    target = tmp_path / "notebook.bin"
+    size, chunks = 256 * 1024, 4
+    with iofsstat.open(pid=os.getpid()) as session:
+        assert session.hook in ("fexit", "tracepoint") and session.hook_label
+        session.sample()  # what came before is not this test's
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            for _ in range(chunks):
+                assert os.write(fd, b"n" * size) == size
+        finally:
+            os.close(fd)
+        with open(target, "rb", buffering=0) as f:
+            assert len(f.read(size)) == size
+        interval = session.sample()
+    mine = [r for r in interval.files if r["path"] == str(target.resolve())]
+    assert mine, [r["path"] for r in interval.files]
+    assert {r["pid"] for r in interval.files} == {os.getpid()}  # only this process, by its PID
+    assert {r["inode"] for r in mine} == {os.stat(target).st_ino}
+    assert sum(r["writes"] for r in mine) == chunks
+    assert sum(r["write_bytes"] for r in mine) == chunks * size
+    assert sum(r["read_bytes"] for r in mine) >= size
+    assert interval.seconds > 0

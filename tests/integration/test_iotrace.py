@@ -233,3 +233,57 @@ def test_report_rejects_unreadable_and_corrupt_files(tmp_path):
         assert "Traceback" not in result.stderr and "Error:" in result.stderr, result.stderr
     result = ebpfkit("iotrace", "report", str(tmp_path))
     assert result.returncode == 2 and "directory" in result.stderr
+
+
+def test_a_session_records_and_reports_without_the_cli(ext4_loop, tmp_path):
+    """As a notebook uses it: record a child's COUNT O_DIRECT writes of SIZE bytes with
+    iotrace.open(...).record() until the child is done, then iotrace.report(): the child's
+    row holds exactly those writes, each joined to its block request."""
+    from ebpfkit.tools import iotrace
+
+    target = ext4_loop.mountpoint / "session.dat"
+    writer = subprocess.Popen([sys.executable, "-c", f"""
+import mmap, os, sys
+sys.stdin.readline()
+buf = mmap.mmap(-1, {SIZE})
+buf.write(b"s" * {SIZE})
+fd = os.open({str(target)!r}, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT, 0o644)
+for _ in range({COUNT}):
+    assert os.write(fd, buf) == {SIZE}
+os.close(fd)
+"""], stdin=subprocess.PIPE, text=True)
+    record = tmp_path / "session.iot"
+
+    def go():
+        writer.stdin.write("go\n")
+        writer.stdin.close()
+
+    try:
+        with iotrace.open(record_file=str(record), pid=writer.pid, disk=ext4_loop.name) as session:
+            summary = session.record(stopped=lambda: writer.poll() is not None, started=go)
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+        writer.wait()
+    assert writer.returncode == 0
+    assert summary.file == str(record) and summary.lost == 0 and summary.dropped_syscalls == 0
+    assert summary.syscalls == COUNT and summary.files_mapped == 1
+    result = iotrace.report(record_file=str(record), top=0)
+    assert not result.recording.truncated and result.summary["syscalls"] == COUNT
+    (proc,) = result.processes
+    assert proc["pid"] == writer.pid
+    assert [proc[k] for k in ("syscalls", "write_bytes", "joined")] == [COUNT, COUNT * SIZE, COUNT]
+    writes = [lc for lc in result.slowest if lc["syscall"] == "write"]
+    assert len(writes) == COUNT and all(lc["block_bytes"] == SIZE for lc in writes)
+
+
+def test_a_session_that_cannot_write_its_file_says_so_and_detaches(tmp_path):
+    from ebpfkit.errors import ConfigError
+    from ebpfkit.tools import iotrace
+
+    path = tmp_path / "no" / "dir" / "x.iot"
+    with iotrace.open(record_file=str(path), duration=1) as session:
+        with pytest.raises(ConfigError) as exc:
+            session.record()
+    assert exc.value.field == "record_file" and f"cannot write {path}" in exc.value.reason
+    assert not path.exists()

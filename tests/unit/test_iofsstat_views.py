@@ -10,8 +10,8 @@ from click.testing import CliRunner
 from ebpfkit.cli import cli
 from ebpfkit.output import MAX_TABLE_WIDTH, Output, OutputSettings
 from ebpfkit.tools import TOOLS
-from ebpfkit.tools.iofsstat.cli import (SORT_KEYS, Interval, decode_path, display_tables, file_label,
-                                    human_rate, show, sort_rows)
+from ebpfkit.tools.iofsstat.session import Interval, decode_path
+from ebpfkit.tools.iofsstat.views import SORT_KEYS, display_tables, file_label, human_rate, show, sort_rows
 
 
 def test_paths_are_names_from_the_leaf_up():

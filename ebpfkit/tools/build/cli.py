@@ -1,4 +1,4 @@
-"""build: compile every program shipped with ebpfkit into prebuilt CO-RE objects."""
+"""`ebpfkit build`: options -> Config, what the session built -> the output layer."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from ...output import Output, tool_options
+from ..common import build_config, usage_errors
 
 EXAMPLES = """\b
 Examples:
@@ -21,27 +22,16 @@ Examples:
 @tool_options
 def build(out_dir):
     """Compile every BPF program into CO-RE objects that load on any BTF kernel without clang."""
-    from ...engine.compiler import PREBUILT_DIR
-    from ...engine.prebuilt import build_all
     from ...output import Column, ResultTable
+    from .session import Config, build as build_objects
 
     out = Output.from_context()
-    target = out_dir or Path(PREBUILT_DIR)
-    _make_dir(target)
-    built = build_all(target, progress=lambda name: out.info("compiling %s", name))
-    written = sum(b.written for b in built)
+    config = build_config(Config, out_dir=None if out_dir is None else str(out_dir))
+    with usage_errors():  # the default directory, made only now
+        result = build_objects(config, progress=lambda name: out.info("compiling %s", name))
     # the table names each object in the title's directory; JSON and CSV carry the whole path
-    rows = [{"name": b.path.name, "object": str(b.path), "bytes": b.path.stat().st_size,
-             "written": "yes" if b.written else "no (current)"} for b in built]
-    out.banner(f"{len(built)} CO-RE objects in {target} ({written} written)")
+    rows = [{"name": o.path.name, "object": str(o.path), "bytes": o.bytes,
+             "written": "yes" if o.written else "no (current)"} for o in result.objects]
+    out.banner(f"{len(result.objects)} CO-RE objects in {result.out_dir} ({result.written} written)")
     out.table(ResultTable([Column("object", key="name"), Column("bytes"), Column("written")], rows,
                           title="CO-RE objects", data_keys=["object", "bytes", "written"]))
-
-
-def _make_dir(path: Path) -> None:
-    """Create the output directory first: a path that cannot be one is the caller's mistake (exit 2)."""
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise click.BadParameter(f"cannot create directory {path}: {exc.strerror}",
-                                 param_hint="'--out-dir'") from None

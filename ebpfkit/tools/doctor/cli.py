@@ -1,11 +1,12 @@
-"""doctor: what this kernel allows, probed by really loading tiny programs, and which
-ebpfkit tool can run here with which hook."""
+"""`ebpfkit doctor`: options -> Config, the session's report (feature probes, the tool
+table) -> the output layer."""
 
 from __future__ import annotations
 
 import click
 
 from ...output import Column, Output, ResultTable, tool_options
+from ..common import build_config
 
 EXAMPLES = """\b
 Examples:
@@ -22,56 +23,22 @@ _MARK = {"supported": "yes", "unsupported": "no", "unknown": "?"}
 @tool_options
 def doctor(fix):
     """Probe this kernel (BTF, lockdown, LSM, program and attach types) and the tools' hooks."""
-    from ...bcc import probe as bcc_probe  # noqa: F401 (registers the "bcc" probe: doctor lists it)
-    from ...engine import features
-    from .. import TOOLS
+    from .session import Config, report
 
     out = Output.from_context()
-    if fix:
-        _fix_mounts(out)
-    probes = features.probe_all()
+    found = report(build_config(Config, fix=fix))
+    for fs, where in found.mounted:
+        out.info("mounted %s at %s", fs, where)
+    probes = found.probes.values()
     rows = [{"feature": p.label, "name": p.name, "available": _MARK[p.status], "status": p.status,
-             "detail": p.reason} for p in probes.values()]
-    tools = [_tool_row(info, probes) for info in TOOLS.values() if info.hooks]
-    report = {"kernel": features.kernel_release(), "btf": _btf_summary(probes),
-              "features": {p.name: {"label": p.label, "status": p.status, "reason": p.reason,
-                                    "value": p.value} for p in probes.values()},
-              "tools": {t["tool"]: {"runs": t["runs"] == "yes", "hook": t["hook"]} for t in tools}}
-    out.document(report, [
+             "detail": p.reason} for p in probes]
+    tools = [{"tool": t.tool, "runs": "yes" if t.runs else "no", "hook": t.hook} for t in found.tools]
+    document = {"kernel": found.kernel, "btf": found.btf,
+                "features": {p.name: {"label": p.label, "status": p.status, "reason": p.reason,
+                                      "value": p.value} for p in probes},
+                "tools": {t.tool: {"runs": t.runs, "hook": t.hook} for t in found.tools}}
+    out.document(document, [
         ResultTable([Column("feature", key="feature"), Column("ok", key="available"),
-                     Column("detail", key="detail")], rows, title=f"Kernel {features.kernel_release()}"),
+                     Column("detail", key="detail")], rows, title=f"Kernel {found.kernel}"),
         ResultTable([Column("tool", key="tool"), Column("runs", key="runs"),
                      Column("hook", key="hook")], tools, title="Tools")])
-
-
-def _btf_summary(probes) -> dict:
-    """Which BTF CO-RE uses here, and whether the kernel has its own for BTF-typed hooks."""
-    from ...engine.btf import BTF_TYPED_HOOKS, user_btf_path
-
-    return {"path": probes["btf"].value, "source": "--btf" if user_btf_path() else "kernel",
-            "kernel_btf": probes["kernel_btf"].supported,
-            "needs_kernel_btf": list(BTF_TYPED_HOOKS)}
-
-
-def _tool_row(info, probes) -> dict:
-    """The first of the tool's hook choices whose features are all available here."""
-    missing_first = None
-    for label, needs in info.hooks:
-        missing = [n for n in needs if not probes[n].supported]
-        if not missing:
-            return {"tool": info.name, "runs": "yes", "hook": label}
-        missing_first = missing_first or (label, missing)
-    label, missing = missing_first
-    why = "; ".join(f"{probes[n].label}: {probes[n].reason}" for n in missing)
-    return {"tool": info.name, "runs": "no", "hook": f"needs {label} ({why})"}
-
-
-def _fix_mounts(out) -> None:
-    from ...engine import features, mounts
-
-    if not features.mounted_bpffs():
-        mounts.ensure_bpffs()
-        out.info("mounted bpffs at %s", mounts.BPFFS)
-    if not features.mounted_tracefs():
-        mounts.ensure_tracefs()
-        out.info("mounted tracefs at %s", mounts.TRACEFS)

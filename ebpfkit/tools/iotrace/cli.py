@@ -3,19 +3,21 @@
 `record` timestamps each IO at every layer it passes (read/write syscalls, then the block
 layer's queue, insert, issue and complete) into a versioned file that also carries the
 host identity and the files' extent maps. `report` joins the records into per-request
-lifecycles and prints where the time went. File format: docs/iotrace-format.md."""
+lifecycles and prints where the time went. File format: docs/iotrace-format.md.
+
+The tool is ``session`` (recording and reporting, as data); this is options -> Config, the
+session's results -> the output layer."""
 
 from __future__ import annotations
 
-import os
 import signal
-import time
 from contextlib import contextmanager
+from dataclasses import asdict
 
 import click
 
 from ...output import Column, Output, ResultTable, tool_options
-from ..common import pid_option
+from ..common import build_config, pid_option, usage_errors
 
 EXAMPLES = """\b
 Examples:
@@ -38,11 +40,6 @@ Examples:
   ebpfkit iotrace report io.iot --format json
 """
 
-_KIND_STAGE = {2: "queue", 3: "insert", 4: "issue", 5: "complete"}  # iotrace.h IOTRACE_*
-_SYSCALLS = {1: "read", 2: "write", 3: "pread64", 4: "pwrite64", 5: "readv", 6: "writev",
-             7: "preadv", 8: "pwritev", 9: "preadv2", 10: "pwritev2"}
-_S_IFMT, _S_IFREG = 0o170000, 0o100000
-
 
 @click.group(epilog=EXAMPLES)
 def iotrace():
@@ -62,33 +59,16 @@ def iotrace():
 @tool_options(output=False)
 def record(record_file, duration, pid, disk):
     """Record each IO's timestamps at every layer it passes into FILE."""
-    from ..._version import __version__
-    from ...engine import compile as compile_bpf
-    from .devices import resolve_disk
-    from .fileformat import RecordWriter
+    from .session import Config, open as open_session
 
+    config = build_config(Config, record_file=record_file, duration=duration, pid=pid, disk=disk)
     out = Output.from_context()
-    target = None
-    if disk:
-        try:
-            target = resolve_disk(disk)
-        except LookupError as exc:
-            raise click.BadParameter(str(exc), param_hint="'--disk'") from None
-    spec = compile_bpf(os.path.join(os.path.dirname(__file__), "iotrace.bpf.c"))
-    fs_devs = list(target.fs_devs) if target else []
-    spec.rodata.update({"targ_tgid": pid or 0, "self_tgid": os.getpid(),
-                        "targ_disk": target.disk if target else 0, "targ_ndevs": len(fs_devs),
-                        "targ_fsdevs": fs_devs + [0] * (16 - len(fs_devs))})
-
-    def open_writer():  # only once the programs run: a failed load leaves no file behind
-        try:
-            writer = RecordWriter(record_file)
-        except OSError as exc:
-            raise click.BadParameter(f"cannot write {record_file}: {exc.strerror}", param_hint="'-o'") from None
-        writer.header(filters={"pid": pid, "disk": disk}, tool=f"ebpfkit {__version__}")
-        return writer
-
-    summary = _record(out, spec, open_writer, duration, record_file)
+    banner = f"Recording IO to {record_file}... " + (f"for {duration:g} s." if duration else "Hit Ctrl-C to end.")
+    stop: list[int] = []  # the signal that ended the recording
+    with usage_errors(), open_session(config) as session, _stop_signals(stop):
+        summary = asdict(session.record(stopped=lambda: bool(stop), started=lambda: out.banner(banner)))
+    if stop and stop[0] == signal.SIGTERM:
+        raise SystemExit(128 + signal.SIGTERM)  # the file is complete; exit as killed
     out.document(summary, ResultTable([Column("file", key="file"), Column("syscalls", key="syscalls"),
                                        Column("block events", key="block_events"),
                                        Column("files mapped", key="files_mapped"), Column("lost", key="lost")],
@@ -96,71 +76,6 @@ def record(record_file, duration, pid, disk):
     out.lost(summary["lost"], "records")
     if summary["dropped_syscalls"]:
         out.warn("%d syscalls not recorded: too many in flight at once", summary["dropped_syscalls"])
-
-
-def _record(out, spec, open_writer, duration, record_file) -> dict:
-    from .devices import device_info, kdev_str
-    from .fiemap import FileTracker
-    from .fileformat import BlockEvent, Syscall
-
-    tracker = FileTracker()
-    writer = None
-    devs: set[str] = set()
-    counts = {"syscalls": 0, "block_events": 0}
-    o_direct = getattr(os, "O_DIRECT", 0)
-
-    def on_event(ev):
-        dev = kdev_str(ev.dev)
-        if ev.kind == 1:
-            regular = ev.mode & _S_IFMT == _S_IFREG
-            s = Syscall(ev.ts_enter, ev.ts, ev.tid, ev.tgid, ev.comm, _SYSCALLS.get(ev.syscall, "read"), ev.fd,
-                        dev, ev.ino, ev.offset, ev.count, ev.ret, bool(ev.flags & o_direct),
-                        "reg" if regular else "blk", ev.gen)
-            writer.syscall(s)
-            counts["syscalls"] += 1
-            if regular:
-                tracker.see(ev.tgid, ev.fd, dev, ev.ino, ev.gen)
-        else:
-            writer.block(BlockEvent(ev.ts, _KIND_STAGE[ev.kind], dev, ev.sector, ev.nr_sector, ev.rwbs,
-                                    ev.tid, ev.tgid, ev.comm, ev.error))
-            counts["block_events"] += 1
-        devs.add(dev)
-
-    started = time.monotonic_ns()
-    stop: list[int] = []  # the signal that ended the recording
-    try:
-        with spec.load() as obj, _stop_signals(stop):
-            obj.attach()
-            reader = obj.ring_buffer("events", on_event, event_type="iotrace_event")
-            writer = open_writer()
-            out.banner(f"Recording IO to {record_file}... "
-                       + (f"for {duration:g} s." if duration else "Hit Ctrl-C to end."))
-            deadline = time.monotonic() + duration if duration else None
-            while not stop and (deadline is None or time.monotonic() < deadline):
-                wait = 100 if deadline is None else max(0, min(100, int((deadline - time.monotonic()) * 1000)))
-                reader.poll(wait)  # a signal interrupts the wait
-            for link in obj.links:  # stop the programs, then take what they wrote
-                link.close()
-            while reader.poll(0):
-                pass
-            lost, dropped = reader.lost or 0, int(obj.bss["dropped_syscalls"])
-            # the layer mapping table, now that the files' blocks are allocated
-            files = tracker.finish()
-            for dev in sorted(devs):
-                info = device_info(dev)
-                if info is not None:
-                    writer.device(info)
-            for m in files:
-                writer.file(m)
-            writer.end(lost=lost, dropped_syscalls=dropped, duration_ns=time.monotonic_ns() - started)
-    finally:
-        tracker.close()
-        if writer is not None:
-            writer.close()
-    if stop and stop[0] == signal.SIGTERM:
-        raise SystemExit(128 + signal.SIGTERM)  # the file is complete; exit as killed
-    return {"file": record_file, **counts, "files_mapped": sum(1 for m in files if m.extents),
-            "files": len(files), "lost": lost, "dropped_syscalls": dropped}
 
 
 @contextmanager
@@ -188,22 +103,12 @@ def _stop_signals(stop: list):
 @tool_options
 def report(record_file, top, partial):
     """Join FILE's records into per-request lifecycles and show where the time went."""
-    from . import stats
-    from .fileformat import RecordFileError, read_recording
-    from .join import join
+    from .session import ReportConfig, report as read_report
 
     out = Output.from_context()
-    try:
-        rec = read_recording(record_file, allow_truncated=partial)
-    except RecordFileError as exc:
-        raise click.BadParameter(str(exc) + (f" ({exc.hint})" if exc.hint else ""),
-                                 param_hint="'FILE'") from None
-    result = join(rec)
-    summary = _summary(rec, result)
-    stages = stats.breakdown(result)
-    slow = [stats.lifecycle_dict(lc, rec.files) for lc in stats.slowest(result, top or None)]
-    procs = stats.per_process(result)
-
+    with usage_errors():
+        result = read_report(build_config(ReportConfig, record_file=record_file, top=top, partial=partial))
+    rec, summary = result.recording, result.summary
     if rec.truncated:
         out.warn("%s is truncated: the report covers what it holds", record_file)
     out.lost(rec.lost, "records while recording")
@@ -212,14 +117,16 @@ def report(record_file, top, partial):
 
     out.document({"file": record_file, "format_version": rec.header["version"],
                   "host": rec.header.get("host"), "filters": rec.header.get("filters"),
-                  "summary": summary, "stages": stages, "slowest": slow, "processes": procs},
-                 _report_tables(record_file, rec, summary, stages, slow, procs))
+                  "summary": summary, "stages": result.stages, "slowest": result.slowest,
+                  "processes": result.processes},
+                 _report_tables(record_file, result))
 
 
-def _report_tables(record_file, rec, summary, stages, slow, procs) -> list[ResultTable]:
+def _report_tables(record_file, result) -> list[ResultTable]:
     """The report for people (and CSV): totals, the per-layer breakdown, the slowest
     requests, per process."""
-    host = rec.header.get("host") or {}
+    summary, slow = result.summary, result.slowest
+    host = result.recording.header.get("host") or {}
     us = ".1f"
     with_insert = any(d["stages_us"]["Q2I"] is not None for d in slow)
     block_cols = ["Q2I", "I2D"] if with_insert else ["Q2D"]
@@ -238,7 +145,7 @@ def _report_tables(record_file, rec, summary, stages, slow, procs) -> list[Resul
             [Column("stage", key="stage"), Column("count", key="count"), Column("avg", key="avg", format=us),
              Column("p50", key="p50", format=us), Column("p99", key="p99", format=us),
              Column("max", key="max", format=us), Column("what", key="description", max_width=44)],
-            [s for s in stages if s["count"]], title="Per-layer latency (µs)"),
+            [s for s in result.stages if s["count"]], title="Per-layer latency (µs)"),
         ResultTable(
             [Column("pid", key="pid"), Column("comm", key="comm", max_width=12), Column("call", key="call"),
              Column("op", key="op"), Column("bytes", key="bytes"), Column("sector", key="sector"),
@@ -251,22 +158,5 @@ def _report_tables(record_file, rec, summary, stages, slow, procs) -> list[Resul
              Column("written", key="write_bytes"), Column("sys avg", key="syscall_avg_us", format=us),
              Column("joined", key="joined"), Column("reqs", key="requests"),
              Column("blk bytes", key="block_bytes"), Column("Q2C avg", key="q2c_avg_us", format=us)],
-            procs, title="Per process (µs)"),
+            result.processes, title="Per process (µs)"),
     ]
-
-
-def _summary(rec, result) -> dict:
-    syscalls = rec.syscalls
-    direct = [lc for lc in result.lifecycles if lc.syscall is not None and lc.syscall.direct
-              and lc.syscall.nbytes]
-    end = rec.end or {}
-    return {"duration_s": (end.get("duration_ns") or 0) / 1e9, "syscalls": len(syscalls),
-            "syscall_bytes": sum(s.nbytes for s in syscalls),
-            "block_requests": len(result.block.requests),
-            "block_bytes": sum(r.bytes for r in result.block.requests),
-            "joined_syscalls": len(result.joined),
-            "direct_syscalls": len(direct), "direct_joined": sum(1 for lc in direct if lc.requests),
-            "incomplete_requests": result.block.incomplete,
-            "unmatched_bios": result.block.unmatched_bios,
-            "lost": rec.lost, "dropped_syscalls": int(end.get("dropped_syscalls", 0) or 0),
-            "truncated": rec.truncated, "unmapped": result.unmapped}

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from ...histogram import Log2Histogram
 from ..config import ToolConfig, check_pid
+from ..session import ToolSession
 
 PROGRAM = os.path.join(os.path.dirname(__file__), "runqlat.bpf.c")
 TYPED_HOOK = "tp_btf sched_wakeup/sched_switch"
@@ -36,7 +37,7 @@ class Config(ToolConfig):
         return "msecs" if self.milliseconds else "usecs"
 
 
-class Session:
+class Session(ToolSession):
     """Loaded and attached until ``close()`` (or the end of a ``with``)."""
 
     def __init__(self, config: Config):
@@ -67,18 +68,10 @@ class Session:
     def close(self) -> None:
         self._obj.close()
 
-    def __enter__(self) -> "Session":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
 
 def open(config: Config | None = None, **settings) -> Session:  # noqa: A001 - the session verb
     """Start tracing with ``config``, or with a Config built from keyword arguments."""
-    if config is not None and settings:
-        raise TypeError("open() takes a Config or keyword settings, not both")
-    return Session(config if config is not None else Config(**settings))
+    return Session(Config.given(config, **settings))
 
 
 def _choose_hook(spec) -> str:
