@@ -85,7 +85,6 @@ class PinSet:
             raise ValueError(f"not a pin set path: {sub_path!r}")
         self.sub_path = "/".join(parts)
         self.path = os.path.join(PIN_ROOT, self.sub_path)
-        self._links: list[str] = []
 
     def __repr__(self):
         return f"<PinSet {self.path}>"
@@ -123,7 +122,9 @@ class PinSet:
         """Pin an engine Link as ``name``; remove() detaches it (newest first)."""
         path = os.path.join(self.path, name)
         link.pin(path)
-        self._links.append(name)
+        record = self.record() or {}
+        record["links"] = [*record.get("links", ()), name]  # so that remove() detaches it, sealed or not
+        self._write_record(record)
         return path
 
     def pin_maps(self, obj) -> None:
@@ -133,7 +134,7 @@ class PinSet:
     def seal(self, **info) -> None:
         """Record the set as complete: the pins it holds now, its links, and ``info``."""
         record = self.record() or {}
-        record.update(info, pins=self.names(), links=self._links)
+        record.update(info, pins=self.names())
         self._write_record(record)
 
     def _write_record(self, record: dict) -> None:
@@ -190,17 +191,23 @@ class PinSet:
 
     # --- removing it ---
 
+    def detach_links(self) -> bool:
+        """Detach the set's links, newest first: at once, even if another process holds
+        one (their pins stay). True if one of them was attached until then."""
+        detached = False
+        for name in reversed((self.record() or {}).get("links", ())):
+            path = os.path.join(self.path, name)
+            was_attached = pinned.pinned_link_attached(path)
+            detached |= bool(pinned.detach_pinned_link(path) == 0 and was_attached)
+        return detached
+
     def remove(self) -> bool:
-        """Detach the set's links (newest first: at once, even if another process holds
-        one), unpin everything, remove the directory and the parents it leaves empty.
-        True if a link was attached until then. PermissionError when a policy forbids unpinning."""
+        """Detach the set's links, unpin everything, remove the directory and the parents it
+        leaves empty. True if a link was attached until then. PermissionError when a policy
+        forbids unpinning."""
         if not self.exists():
             return False
-        record = self.record() or {}
-        attached = {n: pinned.pinned_link_attached(os.path.join(self.path, n)) for n in record.get("links", ())}
-        detached = False
-        for name in reversed(record.get("links", ())):
-            detached |= bool(pinned.detach_pinned_link(os.path.join(self.path, name)) == 0 and attached[name])
+        detached = self.detach_links()
         for name in os.listdir(self.path):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(self.path, name))
