@@ -1,6 +1,7 @@
 """What must outlive a process is pinned in a PinSet under /sys/fs/bpf/ebpfkit/<sub-path>/:
 made, locked, reopened, judged (complete, partial, stale) and removed in one place."""
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -126,38 +127,61 @@ def test_a_set_never_sealed_or_missing_a_pin_is_partial(pin_set):
     assert pin_set.state() == PARTIAL
 
 
-def test_a_set_whose_link_was_detached_is_stale(pin_set, veth_pair):
+def _pin_xdp_pass(pin_set, veth_pair, obj) -> None:
+    """Attach a pass-all XDP program to the veth and seal it, link pinned, in ``pin_set``."""
     from ebpfkit.net import in_netns, xdp_attached
 
     pin_set.create("xdp pass")
-    with ebpfkit.compile(text=XDP_PASS, name="pinpass.bpf.c").load() as obj:
-        link = in_netns(veth_pair.a.netns, obj.programs["pass_all"].attach_xdp, veth_pair.a.ifindex, "generic")
-        pin_set.pin_link("link", link)
-        pin_set.seal()
-    assert xdp_attached(veth_pair.a.netns, veth_pair.a.ifname) and pin_set.state() == COMPLETE
+    link = in_netns(veth_pair.a.netns, obj.programs["pass_all"].attach_xdp, veth_pair.a.ifindex, "generic")
+    pin_set.pin_link("link", link)
+    pin_set.seal()
+    assert xdp_attached(veth_pair.a.netns, veth_pair.a.ifname)
+
+
+def _xdp_pass():
+    return ebpfkit.compile(text=XDP_PASS, name="pinpass.bpf.c").load()
+
+
+def test_a_set_whose_link_was_detached_is_stale(pin_set, veth_pair):
+    from ebpfkit.net import xdp_attached
+
+    with _xdp_pass() as obj:
+        _pin_xdp_pass(pin_set, veth_pair, obj)
+    assert pin_set.state() == COMPLETE  # the object is closed: the pinned link holds it
     assert pinned.detach_pinned_link(os.path.join(pin_set.path, "link")) == 0
     assert xdp_attached(veth_pair.a.netns, veth_pair.a.ifname) == {}
     assert pin_set.state() == STALE  # pinned, but runs nothing
 
 
 def test_remove_detaches_a_link_someone_else_still_holds(pin_set, veth_pair):
-    from ebpfkit.net import in_netns, xdp_attached
+    from ebpfkit.net import xdp_attached
 
-    pin_set.create("xdp pass")
-    with ebpfkit.compile(text=XDP_PASS, name="pinpass.bpf.c").load() as obj:
-        link = in_netns(veth_pair.a.netns, obj.programs["pass_all"].attach_xdp, veth_pair.a.ifindex, "generic")
-        pin_set.pin_link("link", link)
-        pin_set.seal()
+    with _xdp_pass() as obj:
+        _pin_xdp_pass(pin_set, veth_pair, obj)
         assert pin_set.remove() is True  # while this object still holds the link's fd
         assert xdp_attached(veth_pair.a.netns, veth_pair.a.ifname) == {}
         assert not os.path.exists(pin_set.path)
 
 
+@contextlib.contextmanager
+def _python(code: str, *args):
+    """A Python child running ``code`` (stdin and stdout piped, text), killed if still there."""
+    child = subprocess.Popen([sys.executable, "-c", code, *args], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        yield child
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.wait()
+        child.stdin.close()
+        child.stdout.close()
+
+
 HOLD_LOCK = """
-import sys, time
+import sys
 from ebpfkit.engine.pinset import PinSet
-ps = PinSet(sys.argv[1])
-with ps.locked():
+with PinSet(sys.argv[1]).locked():
     print("locked", flush=True)
     sys.stdin.readline()
 """
@@ -165,9 +189,7 @@ with ps.locked():
 
 def test_the_lock_excludes_another_process_until_it_lets_go(pin_set):
     pin_set.create("lock test")
-    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, pin_set.sub_path], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
-    try:
+    with _python(HOLD_LOCK, pin_set.sub_path) as holder:
         assert holder.stdout.readline().strip() == "locked"
         with pytest.raises(PinSetBusy):
             with pin_set.locked(blocking=False):
@@ -175,36 +197,25 @@ def test_the_lock_excludes_another_process_until_it_lets_go(pin_set):
         holder.stdin.write("\n")
         holder.stdin.flush()
         assert holder.wait(10) == 0
-        with pin_set.locked(blocking=False):  # free again
-            pass
-    finally:
-        if holder.poll() is None:
-            holder.kill()
-            holder.wait()
+    with pin_set.locked(blocking=False):  # free again
+        pass
 
 
 KILLED_OWNER = """
-import os, sys
+import sys
 from ebpfkit.engine.pinset import PinSet
-ps = PinSet(sys.argv[1]).create("foreground", persistent=False)
-ps.seal()
+PinSet(sys.argv[1]).create("foreground", persistent=False).seal()
 print("made", flush=True)
 sys.stdin.readline()
 """
 
 
 def test_a_foreground_set_whose_owner_died_is_stale(pin_set):
-    owner = subprocess.Popen([sys.executable, "-c", KILLED_OWNER, pin_set.sub_path], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True)
-    try:
+    with _python(KILLED_OWNER, pin_set.sub_path) as owner:
         assert owner.stdout.readline().strip() == "made"
         assert pin_set.state() == COMPLETE and pin_set.record()["owner"]["pid"] == owner.pid
         owner.send_signal(signal.SIGKILL)
         owner.wait(10)
-    finally:
-        if owner.poll() is None:
-            owner.kill()
-            owner.wait()
     assert pin_set.state() == STALE
 
 
