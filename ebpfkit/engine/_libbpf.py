@@ -172,13 +172,8 @@ class bpf_link_info(Structure):
 
 
 class bpf_map_info(Structure):
-    """The leading part of struct bpf_map_info, up to the map's BTF (the object's, shared
-    with the programs loaded with it) and its key and value types."""
     _fields_ = [("type", c_u32), ("id", c_u32), ("key_size", c_u32), ("value_size", c_u32),
-                ("max_entries", c_u32), ("map_flags", c_u32), ("name", c_char * 16),
-                ("ifindex", c_u32), ("btf_vmlinux_value_type_id", c_u32), ("netns_dev", c_u64),
-                ("netns_ino", c_u64), ("btf_id", c_u32), ("btf_key_type_id", c_u32),
-                ("btf_value_type_id", c_u32), ("btf_vmlinux_id", c_u32)]
+                ("max_entries", c_u32), ("map_flags", c_u32), ("name", c_char * 16)]
 
 
 # --- callback types ---
