@@ -55,28 +55,3 @@ def ensure_tracefs() -> str:
         return DEBUGFS_TRACING
     mount("tracefs", TRACEFS)
     return TRACEFS
-
-
-def pin_dir(tool: str) -> str:
-    """/sys/fs/bpf/ebpfkit/<tool>, created (with bpffs mounted) on first use."""
-    ensure_bpffs()
-    path = os.path.join(PIN_ROOT, tool)
-    os.makedirs(path, exist_ok=True)
-    return path
-
-
-def remove_pin_dir(tool: str) -> None:
-    """Remove /sys/fs/bpf/ebpfkit/<tool> and everything pinned in it (unpinning detaches)."""
-    path = os.path.join(PIN_ROOT, tool)
-    if not os.path.isdir(path):
-        return
-    for root, dirs, files in os.walk(path, topdown=False):
-        for name in files:
-            os.unlink(os.path.join(root, name))
-        for name in dirs:
-            os.rmdir(os.path.join(root, name))
-    os.rmdir(path)
-    try:
-        os.rmdir(PIN_ROOT)  # only when no other tool has pins left
-    except OSError:
-        pass

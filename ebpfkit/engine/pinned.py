@@ -17,7 +17,7 @@ import sys
 from ..errors import EbpfkitError, MapError, NotSupportedError
 from . import _libbpf as L
 from . import inventory
-from .constants import PER_CPU_MAPS, MapType
+from .constants import PER_CPU_MAPS, LinkType, MapType
 
 _ARRAYS = frozenset({MapType.ARRAY, MapType.PERCPU_ARRAY})
 _NO_BATCH = (22, 95, 524)  # EINVAL, EOPNOTSUPP, ENOTSUPP: the map type has no batch ops
@@ -101,16 +101,71 @@ def detach_pinned_link(path: str) -> int | None:
 def prog_exists(prog_id: int) -> bool:
     """Whether the program ``prog_id`` is still loaded (a released link frees its program
     in a kernel worker, after the call that dropped the last reference returned)."""
-    fd = L.lib.bpf_prog_get_fd_by_id(prog_id)
-    if fd < 0:
-        return False
-    os.close(fd)
-    return True
+    return inventory.program(prog_id) is not None
 
 
 def pinned_link_prog_id(path: str) -> int | None:
     """The id of the program the link pinned at ``path`` runs (None: no link there)."""
     return _with_pin(path, lambda fd: link_info(fd).prog_id)
+
+
+# the size of what bpf_link_info's union names a link's target by (cgroup id, netns inode,
+# ifindex, map id): the kernel reports 0 there once the link is detached
+_TARGET_SIZE = {LinkType.CGROUP: 8, LinkType.NETNS: 4, LinkType.XDP: 4, LinkType.TCX: 4,
+                LinkType.NETKIT: 4, LinkType.SOCKMAP: 4}
+
+
+def link_attached(fd: int) -> bool:
+    """Whether the link still runs its program where it was attached. Links whose info
+    names no target (tracing, LSM, perf events) count as attached while they exist."""
+    link = link_info(fd)
+    size = _TARGET_SIZE.get(link.type)
+    return size is None or any(ctypes.string_at(ctypes.addressof(link._union), size))
+
+
+def pinned_link_attached(path: str) -> bool | None:
+    """link_attached() of the link pinned at ``path`` (None: no link can be opened there)."""
+    return _with_pin(path, link_attached)
+
+
+def _bpf_fds(pid: str) -> dict[str, list[int]]:
+    """The ids of the BPF programs and maps process ``pid`` holds an fd of (its fdinfo)."""
+    held: dict[str, list[int]] = {"prog": [], "map": []}
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return held
+    for fd in fds:
+        try:
+            kind = {"anon_inode:bpf-prog": "prog", "anon_inode:bpf-map": "map"}.get(
+                os.readlink(f"/proc/{pid}/fd/{fd}"))
+            if kind is None:
+                continue
+            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                fields = dict(line.split(":", 1) for line in f if ":" in line)
+            held[kind].append(int(fields[f"{kind}_id"]))
+        except (OSError, KeyError, ValueError):
+            continue  # closed meanwhile
+    return held
+
+
+def program_maps(prog_id: int) -> dict[str, "FdMap"]:
+    """The maps of the process that holds the program ``prog_id``, by (kernel) name, each on
+    an fd of its own: how to reach every map of a program that pinned nothing (the kernel
+    lists only the maps a program uses). {} when no process holds it."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        held = _bpf_fds(pid)
+        if prog_id not in held["prog"]:
+            continue
+        maps = {}
+        for map_id in dict.fromkeys(held["map"]):
+            fd = L.lib.bpf_map_get_fd_by_id(map_id)
+            if fd >= 0:
+                m = FdMap(fd)
+                if maps.setdefault(m.name, m) is not m:
+                    m.close()  # a second map of that name: the first one found stays
+        return maps
+    return {}
 
 
 def detach_links_of(link_type: int, prog_id: int) -> bool:

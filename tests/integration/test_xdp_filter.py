@@ -614,17 +614,45 @@ def test_bad_input_is_a_clear_usage_error(veth_pair, capsys, tmp_path):
     assert proc.returncode == 2 and "no interface 'nosuch0'" in proc.stderr
 
 
+def _loaded_filters() -> set[int]:
+    """Ids of the loaded programs named as the filter's."""
+    from ebpfkit.engine import inventory
+
+    return {p.id for p in inventory.programs() if p.name == "xdp_filter"}
+
+
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
-def test_foreground_run_leaves_nothing_attached(veth_pair, capsys, sig):
+def test_foreground_run_leaves_nothing_behind(veth_pair, wire, capsys, sig):
+    """A foreground run pins nothing: however it dies, nothing of it stays in the kernel."""
+    from ebpfkit.engine import inventory
+    from ebpfkit.engine.pinned import program_maps
+
     pair = veth_pair
     where = _filter_args(pair)
     proc = subprocess.Popen([sys.executable, "-m", "ebpfkit", "xdp", "filter", "run", *where,
-                             "--src", "192.0.2.0/24"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                             "--src", "192.0.2.0/25"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         assert wait_for(lambda: _attached(pair) or proc.poll() is not None, 30), "run never attached"
         assert _attached(pair), proc.stderr.read().decode()
-        # while it runs, the pinned maps serve other commands
-        assert ek_json(capsys, "xdp", "filter", "stats", *where)["rules"][0]["rule"] == "src 192.0.2.0/24"
+        prog = _attached(pair)["prog_id"]
+        assert prog in _loaded_filters()
+        maps = program_maps(prog)
+        map_ids = {m.id for m in maps.values()}
+        for m in maps.values():
+            m.close()
+        assert len(map_ids) >= 17 and _no_pins_for(pair), "a foreground run pinned"
+        # it filters: of two sources, the blocked one's frames never arrive
+        (_, blocked, _), _, (_, allowed, _) = _wire_cases(pair)[1:4]
+        for seq in range(10):
+            wire.send(blocked(seq))
+            wire.send(allowed(seq))
+        wire.settle(_sentinel(pair), SENTINEL)
+        assert wire.received(2) == set() and wire.received(4) == set(range(10))
+        # and other commands reach its maps through the program the interface runs
+        stats = ek_json(capsys, "xdp", "filter", "stats", *where)
+        assert [(r["rule"], r["packets"]) for r in stats["rules"]] == [("src 192.0.2.0/25", 10)]
+        assert ek(capsys, "xdp", "filter", "rules", "add", *where, "--src", "198.51.100.0/24")[0] == 0
+        assert len(ek_json(capsys, "xdp", "filter", "stats", *where)["rules"]) == 2
         proc.send_signal(sig)
         proc.wait(20)
     finally:
@@ -634,8 +662,9 @@ def test_foreground_run_leaves_nothing_attached(veth_pair, capsys, sig):
         proc.stdout.close()
         proc.stderr.close()
     assert wait_for(lambda: _attached(pair) == {}, 5), "the program stayed attached"
-    if sig == signal.SIGTERM:
-        assert _no_pins_for(pair), "a clean exit must remove its pins"
-    # after SIGKILL only unattached pins remain: detach (or the next attach) clears them
-    ek(capsys, "xdp", "filter", "detach", *where)
-    assert _no_pins_for(pair) and _attached(pair) == {}
+    # the kernel frees the program and its maps in a worker after the last fd closed
+    assert wait_for(lambda: prog not in _loaded_filters(), 10), "the run's program is still loaded"
+    assert wait_for(lambda: not any(inventory.map(i) for i in map_ids), 10), "the run's maps are still there"
+    assert _no_pins_for(pair), "pins were left"
+    rc, _, err = ek(capsys, "xdp", "filter", "detach", *where)
+    assert rc == 0 and "nothing was attached" in err

@@ -486,7 +486,9 @@ def test_foreground_run_killed_leaves_nothing_attached(veth_pair, capsys):
     try:
         wait_for(lambda: attached() or proc.poll() is not None, 30)
         assert attached(), proc.stderr.read().decode() if proc.poll() is not None else "never attached"
-        listed = ek_json(capsys, "xdp", "lb", "stats", *where)  # its pins serve other commands
+        pins = f"/sys/fs/bpf/ebpfkit/xdp/{veth_pair.a.ifname}@{veth_pair.a.netns}"
+        assert not os.path.exists(pins), "a foreground run pinned"
+        listed = ek_json(capsys, "xdp", "lb", "stats", *where)  # found through the attached program
         assert [b["backend"] for b in listed["backends"]] == [veth_pair.b.address]
         proc.send_signal(signal.SIGKILL)
         proc.wait(20)
@@ -498,5 +500,6 @@ def test_foreground_run_killed_leaves_nothing_attached(veth_pair, capsys):
         proc.stderr.close()
     wait_for(lambda: not attached(), 5)
     assert attached() == {}, "the kernel kept the program of a killed foreground run"
-    ek(capsys, "xdp", "lb", "detach", *where)  # removes the unattached pins it left
-    assert not os.path.exists(f"/sys/fs/bpf/ebpfkit/xdp/{veth_pair.a.ifname}@{veth_pair.a.netns}")
+    assert not os.path.exists(pins)
+    rc, _, err = ek(capsys, "xdp", "lb", "detach", *where)
+    assert rc == 0 and "nothing was attached" in err

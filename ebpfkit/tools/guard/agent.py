@@ -122,18 +122,16 @@ def load(mode: str, pin_dev: int = 0, cache: bool = True):
 
 def start(policy_path: str, audit: bool):
     """Load, attach, pin and fill; returns (obj, labels, names, policy). Cleans up on any failure."""
-    from ...engine import mounts
-
     try:
         text, sig = core.read_policy(policy_path)
     except OSError as exc:
         raise PolicyError(f"cannot read the policy: {exc.strerror or exc}", None, policy_path) from None
     policy = parse_guard_policy(text, policy_path)
     mode = "audit" if audit else policy.mode
-    directory = mounts.pin_dir(core.TOOL)
-    obj = load(mode, core.key_of(directory)[0])
+    pins = core.PINS.create(core.TOOL)
+    obj = load(mode, core.key_of(pins.path)[0])
     try:
-        obj.pin_maps(directory)
+        pins.pin_maps(obj)
         maps = {name: obj.maps[name].raw for name in core.MAP_NAMES}
         self_ids = obj.maps["self_ids"].raw
         programs = [p for p in obj.programs.values() if p.autoload]
@@ -142,10 +140,11 @@ def start(policy_path: str, audit: bool):
         core.register_self(self_ids, [i for kind, i in names if kind == "prog"], [])
         for prog in programs:
             link = prog.attach()  # lsm/..., and fexit/vfs_rename
-            link.pin(os.path.join(directory, "link_" + prog.name))
+            pins.pin_link("link_" + prog.name, link)
             link_id = link_info(link.fd).id
             names[("link", link_id)] = "link_" + prog.name
             core.register_self(self_ids, [], [link_id])
+        pins.seal(mode=mode)
         os.makedirs(core.STATE_DIR, exist_ok=True)
         open(core.LOG_FILE, "a").close()  # exists before it is keyed
         core.write_state({"mode": mode, "mode_forced": audit, "policy": os.path.abspath(policy_path),

@@ -29,13 +29,15 @@ import struct
 import time
 
 from ...errors import EbpfkitError, MapError
-from ...engine import features, mounts
+from ...engine import features
 from ...engine.pinned import FdMap, PinError, detach_pinned_link, pinned_link_prog_id, prog_exists
+from ...engine.pinset import PinSet
 from ...policy import OPERATIONS, GuardPolicy
 from . import logfile
 
 TOOL = "guard"
-PIN_DIR = os.path.join(mounts.PIN_ROOT, TOOL)
+PINS = PinSet(TOOL)
+PIN_DIR = PINS.path
 STATE_DIR = os.environ.get("EBPFKIT_GUARD_STATE", "/run/ebpfkit/guard")
 STATE_FILE = os.path.join(STATE_DIR, "state.json")
 LOG_FILE = os.path.join(STATE_DIR, "guard.log")
@@ -582,7 +584,7 @@ def stop() -> bool:
             raise GuardError(f"denied: only a subject the running guard trusts may stop it; "
                              f"{TRUST_HINT}", EXIT_DENIED)
     try:
-        mounts.remove_pin_dir(TOOL)
+        PINS.remove()
     except PermissionError as exc:
         raise GuardError(f"denied: cannot unpin {exc.filename}: only a subject the running guard "
                          f"trusts may stop it; {TRUST_HINT}", EXIT_DENIED) from None

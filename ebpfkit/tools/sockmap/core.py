@@ -18,15 +18,16 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from ...engine import links, mounts, pinned
+from ...engine import links, pinned
 from ...engine.constants import AttachType
+from ...engine.pinset import COMPLETE, STALE, PinSet
 from ...errors import AttachError
 from . import maps as M
 from .cgroups import SockmapUsageError, require_privileges, resolve_cgroup
 from .regression import RegressionCheck, detect
 
 TOOL = "sockmap"
-PIN_BASE = os.path.join(mounts.PIN_ROOT, TOOL)
+PIN_BASE = PinSet(TOOL).path
 # (program, map or None for the cgroup) -> the pin of the link attaching it there, in the
 # order of attaching: map programs first (a socket copies its map's programs when it is
 # added), the cgroup's sockops, which adds sockets, last
@@ -119,22 +120,23 @@ class Accelerator:
                               M.read_ports(self.map("ports")), self.stats(),
                               M.count_sockets(*map(self.map, M.SOCK_MAPS)), pinned=False)
 
-    def pin(self, directory: str) -> None:
+    def pin(self, pins: PinSet) -> None:
         """Pin maps, links and programs so the acceleration outlives this process."""
-        self.obj.pin_maps(directory)
+        pins.pin_maps(self.obj)
         for pin, link in self.links.items():
             if link.is_bpf_link:
-                link.pin(os.path.join(directory, pin))
+                pins.pin_link(pin, link)
             else:  # BPF_PROG_ATTACH on a map (kernels < 6.10): the map holds the program
                 self.obj.links.remove(link)  # so closing the object does not detach it
         for name, pin in PROG_PINS.items():
             prog = self.obj.programs[name]
             if prog.autoload:
                 try:
-                    pinned.pin(prog.fd, os.path.join(directory, pin))
+                    pins.pin(pin, prog.fd)
                 except pinned.PinError as exc:
-                    raise AttachError(f"cannot pin program {name} in {directory}: "
+                    raise AttachError(f"cannot pin program {name} in {pins.path}: "
                                       f"{os.strerror(exc.errno)}") from None
+        pins.seal(cgroup=self.cgroup, cgroup_id=self.cgroup_id)
 
     def close(self) -> None:
         if self.obj is not None:
@@ -151,8 +153,12 @@ class Accelerator:
 
 # --- pinned enablements ------------------------------------------------------------------
 
+def pin_set(cgroup_id: int) -> PinSet:
+    return PinSet(f"{TOOL}/{cgroup_id}")
+
+
 def pin_directory(cgroup_id: int) -> str:
-    return os.path.join(PIN_BASE, str(cgroup_id))
+    return pin_set(cgroup_id).path
 
 
 def _cgroup_path_of(cgroup_id: int) -> str | None:
@@ -174,7 +180,14 @@ class Enablement:
     """What `enable` left pinned for one cgroup."""
 
     cgroup_id: int
-    directory: str
+
+    @property
+    def pins(self) -> PinSet:
+        return pin_set(self.cgroup_id)
+
+    @property
+    def directory(self) -> str:
+        return self.pins.path
 
     @property
     def cgroup(self) -> str | None:
@@ -182,11 +195,13 @@ class Enablement:
 
     @property
     def complete(self) -> bool:
-        return all(os.path.exists(os.path.join(self.directory, n)) for n in ("info", "stats", *M.SOCK_MAPS))
+        """Everything enable pinned is there (stale too: its cgroup removed, which status
+        shows as such)."""
+        return self.pins.state() in (COMPLETE, STALE)
 
     def _map(self, name: str) -> pinned.FdMap:
         try:
-            return pinned.FdMap.open_pinned(os.path.join(self.directory, name))
+            return self.pins.open_map(name)
         except pinned.PinError as exc:
             raise AttachError(f"sockmap pin {self.directory}/{name} is missing: "
                               f"{os.strerror(exc.errno)}") from None
@@ -215,14 +230,10 @@ class Enablement:
 
     def remove(self) -> None:
         """Detach from the cgroup and the map, unpin everything (connections keep working)."""
-        for pin in reversed(LINK_PINS.values()):  # sockops first: no socket added meanwhile
-            # now, even if another process still holds the link
-            pinned.detach_pinned_link(os.path.join(self.directory, pin))
-        _prog_detach_fallback(self.directory)
-        mounts.remove_pin_dir(os.path.join(TOOL, str(self.cgroup_id)))
-        with contextlib.suppress(OSError):
-            os.rmdir(PIN_BASE)  # the last enablement gone
-            os.rmdir(mounts.PIN_ROOT)
+        pins = self.pins
+        pins.detach_links()  # sockops first (pinned last): no socket added meanwhile
+        _prog_detach_fallback(pins.path)
+        pins.remove()
 
 
 def _prog_detach_fallback(directory: str) -> None:
@@ -249,16 +260,13 @@ def _prog_detach_fallback(directory: str) -> None:
 
 
 def enablements() -> list[Enablement]:
-    if not os.path.isdir(PIN_BASE):
-        return []
-    return [Enablement(int(name), os.path.join(PIN_BASE, name))
-            for name in sorted(os.listdir(PIN_BASE)) if name.isdigit()]
+    return [Enablement(int(name)) for name in (os.path.basename(p.path) for p in PinSet.under(TOOL))
+            if name.isdigit()]
 
 
 def find(cgroup: str | None) -> Enablement | None:
     _, cgroup_id = resolve_cgroup(cgroup)
-    directory = pin_directory(cgroup_id)
-    return Enablement(cgroup_id, directory) if os.path.isdir(directory) else None
+    return Enablement(cgroup_id) if pin_set(cgroup_id).exists() else None
 
 
 class AlreadyEnabled(Exception):
@@ -275,16 +283,16 @@ def enable(cgroup: str | None = None, options: Options | None = None) -> Enablem
         if existing.complete:
             raise AlreadyEnabled(existing)
         existing.remove()  # a half-made pin directory (an enable that crashed)
-    directory = mounts.pin_dir(os.path.join(TOOL, str(acc.cgroup_id)))
+    pins = pin_set(acc.cgroup_id).create(TOOL)
     try:
         acc.start()
-        acc.pin(directory)
+        acc.pin(pins)
     except BaseException:
         acc.close()
-        Enablement(acc.cgroup_id, directory).remove()
+        Enablement(acc.cgroup_id).remove()
         raise
     acc.close()  # the pins keep everything alive
-    return Enablement(acc.cgroup_id, directory)
+    return Enablement(acc.cgroup_id)
 
 
 def disable(cgroup: str | None = None) -> Enablement | None:

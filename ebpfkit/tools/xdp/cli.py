@@ -3,7 +3,8 @@
 `attach` leaves the program running after the command exits (pinned under
 /sys/fs/bpf/ebpfkit/xdp/<iface>[@<netns>]/); `rules`, `backend` and `stats` work on those pins
 from any later command; `detach` removes it. `run` is the foreground form: attached until
-Ctrl-C/SIGTERM, and since it pins no link the kernel detaches it even after a SIGKILL.
+Ctrl-C/SIGTERM; it pins nothing (`rules`, `stats` find it through the program the
+interface runs), so the kernel detaches and frees it even after a SIGKILL.
 """
 
 from __future__ import annotations
@@ -176,10 +177,8 @@ def _attached_mode(att) -> str:
 
 
 def _show_attached(out: Output, att, what: str) -> None:
-    from . import pins
-
     info = {"iface": att.iface.name, "netns": att.iface.netns, "mode": _attached_mode(att),
-            "prog_id": pins.pinned_prog_id(att.path), "pinned": att.path}
+            "prog_id": att.prog_id, "pinned": att.path}
     if what == "filter":
         conf = att.tables.config()
         info.update({k: v for k, v in conf.to_dict().items() if k != "mode"})
@@ -208,7 +207,7 @@ def filter_run(iface, netns, mode, default, dry_run, max_rules, interval, count,
     config = _filter_config(default, dry_run, max_rules, mode, found)
     att = xf.attach(iface, rules, config, netns=netns, persistent=False)
     try:
-        out.banner(f"Filtering on {att.iface.where} ({len(rules)} rules, pinned at {att.path})... "
+        out.banner(f"Filtering on {att.iface.where} ({len(rules)} rules, program id {att.prog_id})... "
                    "Hit Ctrl-C to end.")
         view = FilterStats(att.tables, att.iface)
         with out.live():

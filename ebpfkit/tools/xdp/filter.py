@@ -53,6 +53,7 @@ class FilterTables(Tables):
     MAP_NAMES = MAP_NAMES
     KIND = "XDP filter"
     COMMAND = "filter"
+    PROGRAM = "xdp_filter"
 
     # --- configuration ---
 
@@ -147,9 +148,7 @@ class FilterTables(Tables):
             return self._apply(list(add), list(dict.fromkeys(delete)))
 
     def _locked(self):
-        import contextlib
-
-        return pins.locked(self.path) if self.path else contextlib.nullcontext()
+        return self.locked()
 
     def _apply(self, add: list[Rule], delete: list[int]) -> list[int]:
         cur = self._resync()
@@ -284,12 +283,10 @@ def load_filter(rules: list[Rule] = (), config: FilterConfig = FilterConfig()):
 
 def attach(iface_name: str, rules: list[Rule] = (), config: FilterConfig = FilterConfig(),
            netns: str | None = None, persistent: bool = True) -> pins.Attachment:
-    """Load the filter with ``rules``, attach it to the interface and pin it."""
+    """Load the filter with ``rules`` and attach it to the interface; pinned if ``persistent``."""
     iface = pins.lookup_iface(iface_name, netns)
-    path = pins.prepare_pin_dir(iface, "filter")
-    obj, tables, link = pins.load_and_attach(lambda: load_filter(rules, config), "xdp_filter", iface,
-                                             config.mode, path, persistent)
-    return pins.Attachment(iface, path, obj, tables, link, persistent)
+    return pins.attach(lambda: load_filter(rules, config), "xdp_filter", iface, config.mode, "filter",
+                       persistent)
 
 
 def open_pinned(iface_name: str, netns: str | None = None) -> FilterTables:

@@ -12,7 +12,6 @@ demand); a backend must be on a directly connected network, out of the XDP inter
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import os
 import re
@@ -240,6 +239,7 @@ class LbTables(Tables):
     MAP_NAMES = MAP_NAMES
     KIND = "XDP load balancer"
     COMMAND = "lb"
+    PROGRAM = "xdp_lb"
 
     def __init__(self, maps: dict, path: str | None = None, netns: str | None = None):
         super().__init__(maps, path)
@@ -308,7 +308,7 @@ class LbTables(Tables):
 
     def change(self, add: list[Backend] = (), delete: list[str] = (), xdp_ifindex: int = 0) -> None:
         """Add and delete backends, rebuild the Maglev table and swap it in at once."""
-        with pins.locked(self.path) if self.path else contextlib.nullcontext():
+        with self.locked():
             self._change(list(add), [str(ipaddress.ip_address(d)) for d in delete], xdp_ifindex)
 
     def _change(self, add: list[Backend], delete: list[str], xdp_ifindex: int) -> None:
@@ -417,12 +417,10 @@ def attach(iface_name: str, vip: Vip, backends: list[BackendSpec], netns: str | 
         raise LbError("a backend is given twice")
     iface = pins.lookup_iface(iface_name, netns)
     resolved = [resolve(iface, b) for b in backends]
-    path = pins.prepare_pin_dir(iface, "lb")
-    obj, tables, link = pins.load_and_attach(
+    return pins.attach(
         lambda: load_lb(vip, resolved, table_size, max_backends, mode=mode, xdp_ifindex=iface.ifindex,
                         netns=netns),
-        "xdp_lb", iface, mode, path, persistent)
-    return pins.Attachment(iface, path, obj, tables, link, persistent)
+        "xdp_lb", iface, mode, "lb", persistent)
 
 
 def open_pinned(iface_name: str, netns: str | None = None) -> LbTables:

@@ -4,24 +4,24 @@ the interface it is attached to (possibly inside a named network namespace).
 Pins: ``/sys/fs/bpf/ebpfkit/xdp/<iface>/`` for an interface of the initial network namespace;
 ``/sys/fs/bpf/ebpfkit/xdp/<iface>@<netns>/`` for one in a named namespace (``ip netns``), or
 ``<iface>@netns-<inode>`` for an unnamed one: bpffs is shared by every namespace, interface
-names are not. The directory holds every map, the program (``prog``) and, for a persistent
-attach, the XDP link (``link``). A foreground ``run`` pins no link, so the kernel detaches the
-program when the process dies, however it dies.
+names are not. The directory (a PinSet) holds every map, the program (``prog``) and the XDP
+link (``link``). A foreground ``run`` pins nothing: only its process holds the link, so the
+kernel detaches the program and frees everything when the process dies, however it dies;
+later commands reach its maps through the program the interface runs.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 from dataclasses import dataclass
 
-from ...engine import pinned
+from ...engine import inventory, pinned
 from ...engine.constants import LinkType
-from ...engine.mounts import PIN_ROOT, ensure_bpffs
+from ...engine.pinset import COMPLETE, NONE, PinSet
 from ...errors import EbpfkitError
 
-XDP_PIN_ROOT = os.path.join(PIN_ROOT, "xdp")
+PROGRAMS = ("xdp_filter", "xdp_lb")  # our programs' names, as the kernel lists them
 
 
 class InterfaceError(EbpfkitError):
@@ -97,68 +97,17 @@ def _ns_label(netns: str | None) -> str:
     return f"netns-{own}"
 
 
-def pin_dir(iface: str, netns: str | None = None) -> str:
+def pin_set(iface: str, netns: str | None = None) -> PinSet:
     label = _ns_label(netns)
-    return os.path.join(XDP_PIN_ROOT, f"{iface}@{label}" if label else iface)
+    return PinSet(f"xdp/{iface}@{label}" if label else f"xdp/{iface}")
 
 
-def make_pin_dir(path: str) -> str:
-    ensure_bpffs()
-    os.makedirs(path, exist_ok=True)
-    return path
-
-
-def remove_pin_dir(path: str) -> None:
-    """Unpin everything in ``path`` and remove it, then the empty parents up to bpffs."""
-    if os.path.isdir(path):
-        for name in os.listdir(path):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(os.path.join(path, name))
-        with contextlib.suppress(FileNotFoundError):
-            os.rmdir(path)
-    for parent in (XDP_PIN_ROOT, PIN_ROOT):
-        try:
-            os.rmdir(parent)
-        except OSError:
-            break  # not empty (another tool or interface), or gone
-
-
-@contextlib.contextmanager
-def locked(path: str):
-    """Serialise changes to one pin directory (two `rules add` at once would race)."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
-def pinned_prog_id(path: str) -> int | None:
-    return pinned.pinned_prog_id(os.path.join(path, "prog"))
-
-
-def state(path: str, iface: Iface | None) -> str:
-    """'none' (no pins), 'live' (our pinned program is what the interface runs) or 'stale'
-    (pins left by a process that died, or the interface is gone)."""
-    if not os.path.isdir(path):
-        return "none"
-    prog = pinned_prog_id(path)
-    if iface is None or prog is None:
-        return "stale"
-    return "live" if attached_prog_id(iface) == prog else "stale"
-
-
-def detach(path: str, iface: Iface | None) -> bool:
-    """Detach our program from the interface (a pinned link, or a foreground run's link found
-    by program id) and remove the pins. True if something was attached."""
-    detached = pinned.detach_pinned_link(os.path.join(path, "link")) == 0
-    prog = pinned_prog_id(path)
-    if prog is not None and iface is not None and attached_prog_id(iface) == prog:
-        # a foreground run's link: its owner's fd then dangles
-        detached |= pinned.detach_links_of(LinkType.XDP, prog)
-    remove_pin_dir(path)
-    return detached
+def unpinned_program(iface: Iface, names=PROGRAMS) -> int | None:
+    """The id of the program of ours (by name) the interface runs without pins: a
+    foreground run's, held only by its process."""
+    prog = attached_prog_id(iface)
+    found = inventory.program(prog) if prog else None
+    return prog if found is not None and found.name in names else None
 
 
 # --- attaching and detaching ---------------------------------------------------------------------
@@ -166,83 +115,98 @@ def detach(path: str, iface: Iface | None) -> bool:
 @dataclass
 class Attachment:
     """An XDP program attached to an interface, with its tables. ``close()`` detaches a
-    foreground one (no pinned link) and removes its pins; a persistent one stays attached,
-    only our fds are closed."""
+    foreground one (pinned nothing: only our link's fd holds it); a persistent one stays
+    attached through its pins, only our fds are closed."""
 
     iface: Iface
-    path: str
+    pins: PinSet | None
     obj: object
     tables: object
     link: object
-    persistent: bool
+    prog_id: int
+
+    @property
+    def persistent(self) -> bool:
+        return self.pins is not None
+
+    @property
+    def path(self) -> str | None:
+        return self.pins.path if self.pins else None
 
     def close(self) -> None:
         self.tables.close()
         self.obj.close()
-        if not self.persistent:
-            remove_pin_dir(self.path)
 
 
-def load_and_attach(load, prog_name: str, iface: Iface, mode: str, path: str, persistent: bool):
-    """``load()`` -> (obj, tables); pin the maps under ``path`` and attach: all or nothing."""
+def attach(load, prog_name: str, iface: Iface, mode: str, what: str, persistent: bool) -> Attachment:
+    """``load()`` -> (obj, tables); attach its ``prog_name`` to ``iface`` and, if
+    ``persistent``, pin maps, program and link: all or nothing. A foreground attachment pins
+    nothing, so the kernel detaches it when the process dies, however it dies."""
+    pins = prepare_pin_set(iface, what)
+    if persistent:
+        pins.create(f"xdp {what}", iface=iface.name, netns=iface.netns)
     obj = tables = None
     try:
         obj, tables = load()
-        obj.pin_maps(path)
-        link = attach_program(obj, prog_name, iface, mode, path, persistent)
+        prog = obj.programs[prog_name]
+        link = attach_program(prog, iface, mode)
+        if persistent:
+            pins.pin_maps(obj)
+            pins.pin("prog", prog.fd)
+            pins.pin_link("link", link)
+            pins.seal()
     except BaseException:
         if tables is not None:
             tables.close()
         if obj is not None:
             obj.close()
-        remove_pin_dir(path)
+        if persistent:
+            pins.remove()
         raise
-    return obj, tables, link
+    return Attachment(iface, pins if persistent else None, obj, tables, link, prog.info().id)
 
 
-def attach_program(obj, prog_name: str, iface: Iface, mode: str, path: str, persistent: bool):
-    """Attach ``obj``'s XDP program to ``iface`` (in its namespace) and pin prog (+ link)."""
+def attach_program(prog, iface: Iface, mode: str):
+    """Attach the XDP program to ``iface`` (in its namespace) through a bpf_link."""
     from ...net import in_netns
 
-    prog = obj.programs[prog_name]
-    pinned.pin(prog.fd, os.path.join(path, "prog"))
     attach = lambda: prog.attach_xdp(iface.ifindex, mode)  # noqa: E731
     try:
-        link = in_netns(iface.netns, attach) if iface.netns else attach()
+        return in_netns(iface.netns, attach) if iface.netns else attach()
     except EbpfkitError as exc:
         if "busy" in str(exc).lower():
             exc.hint = (f"another XDP program is attached to {iface.where}: `ip link set dev "
                         f"{iface.name} xdp off` (or that tool's detach) first")
         raise
-    if persistent:
-        link.pin(os.path.join(path, "link"))
-    return link
 
 
-def prepare_pin_dir(iface: Iface, what: str) -> str:
-    """The pin directory for ``iface``: refuses a live one, clears a stale one."""
-    path = pin_dir(iface.name, iface.netns)
-    st = state(path, iface)
-    if st == "live":
+def prepare_pin_set(iface: Iface, what: str) -> PinSet:
+    """The pin set for ``iface``: refuses a live one, clears a stale or partial one."""
+    pins = pin_set(iface.name, iface.netns)
+    st = pins.state()
+    if st == COMPLETE:
         raise AlreadyAttachedError(f"an ebpfkit XDP program is already attached to {iface.where} "
-                                   f"(pinned at {path})",
+                                   f"(pinned at {pins.path})",
                                    hint=f"`ebpfkit xdp {what} detach --iface {iface.name}"
                                         f"{' --netns ' + iface.netns if iface.netns else ''}` first")
-    if st == "stale":
-        remove_pin_dir(path)
-    return make_pin_dir(path)
+    if st != NONE:
+        pins.remove()
+    return pins
 
 
 def detach_iface(iface_name: str, netns: str | None = None) -> bool:
-    """Detach whatever ebpfkit XDP program is pinned for the interface and remove its pins.
-    False when nothing was attached (stale pins are removed all the same)."""
-    path = pin_dir(iface_name, netns)
+    """Detach whatever ebpfkit XDP program is attached to the interface (pinned, or a
+    foreground run's) and remove its pins. False when nothing was attached (stale pins are
+    removed all the same)."""
+    pins = pin_set(iface_name, netns)
     iface = None
     try:
         iface = lookup_iface(iface_name, netns)
     except InterfaceError:
-        if not os.path.isdir(path):
+        if not pins.exists():
             raise
-    if not os.path.isdir(path):
-        return False
-    return detach(path, iface)
+    if pins.exists():
+        return pins.remove()
+    prog = unpinned_program(iface)
+    # a foreground run's link: its owner's fd then dangles
+    return prog is not None and pinned.detach_links_of(LinkType.XDP, prog)

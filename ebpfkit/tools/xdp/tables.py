@@ -1,11 +1,11 @@
 """The maps of one XDP program as a set: the live object's (duplicated fds, so they outlive
-it) or those pinned in its directory by an earlier command. A program's tables class names
-its maps; opening is all or nothing."""
+it), those pinned in its directory by an earlier command, or those of a foreground run
+found by its program's id. A program's tables class names its maps; opening is all or
+nothing."""
 
 from __future__ import annotations
 
-import os
-
+from ...engine import pinned, pinset
 from ...engine.pinned import FdMap
 from ...errors import EbpfkitError
 from . import pins
@@ -15,6 +15,7 @@ class Tables:
     MAP_NAMES: tuple[str, ...] = ()
     KIND = "XDP program"  # what the maps belong to, for messages
     COMMAND = ""          # its `ebpfkit xdp` subcommand, for hints
+    PROGRAM = ""          # its XDP program's name
 
     def __init__(self, maps: dict[str, FdMap], path: str | None = None):
         missing = [n for n in self.MAP_NAMES if n not in maps]
@@ -29,28 +30,40 @@ class Tables:
         return cls({n: FdMap.of(obj.maps[n]) for n in cls.MAP_NAMES}, **extra)
 
     @classmethod
-    def open_dir(cls, path: str, **extra):
+    def open_set(cls, pins, **extra):
+        """The maps pinned in a PinSet."""
         maps = {}
         try:
             for n in cls.MAP_NAMES:
-                if os.path.exists(os.path.join(path, n)):
-                    maps[n] = FdMap.open_pinned(os.path.join(path, n))
+                if n in pins.names():
+                    maps[n] = pins.open_map(n)
         except BaseException:
             for m in maps.values():
                 m.close()
             raise
-        return cls(maps, path, **extra)
+        return cls(maps, pins.path, **extra)
 
     @classmethod
     def open_attached(cls, iface_name: str, netns: str | None = None):
-        """The tables of the program another process attached to the interface."""
-        path = pins.pin_dir(iface_name, netns)
-        if not os.path.isdir(path):
-            iface = pins.lookup_iface(iface_name, netns)  # a clearer error if the iface is wrong
+        """The tables of the program another process attached to the interface: pinned, or
+        a foreground run's (which pins nothing), through the program the interface runs."""
+        found = pins.pin_set(iface_name, netns)
+        if found.exists():
+            return cls.open_set(found, **cls.context(netns))
+        iface = pins.lookup_iface(iface_name, netns)  # a clearer error if the iface is wrong
+        prog = pins.unpinned_program(iface, (cls.PROGRAM,))
+        if prog is None:
             raise pins.NotAttachedError(f"no ebpfkit {cls.KIND} is attached to {iface.where} "
-                                        f"(nothing pinned at {path})",
+                                        f"(nothing pinned at {found.path}, no foreground run)",
                                         hint=f"attach one with `ebpfkit xdp {cls.COMMAND} attach`")
-        return cls.open_dir(path, **cls.context(netns))
+        maps = pinned.program_maps(prog)
+        for name in set(maps) - set(cls.MAP_NAMES):
+            maps.pop(name).close()
+        return cls(maps, None, **cls.context(netns))
+
+    def locked(self):
+        """Serialise changes: on the pin set, or for a foreground run's maps on bpffs."""
+        return pinset.lock(self.path) if self.path else pinset.unpinned_lock()
 
     @classmethod
     def context(cls, netns: str | None) -> dict:
