@@ -201,3 +201,30 @@ def test_only_the_output_layer_reads_the_format():
                 for m in MODULES if not m.within("ebpfkit.output")
                 for node in _format_reads(m)]
     _fail_with(offences, "hand results to ebpfkit.output; it decides how they look")
+
+
+# --- tests ---
+
+TESTS = ROOT / "tests"
+
+
+def test_tests_mirror_the_packages():
+    """tests/unit/<area>/ and tests/integration/<area>/ name a part of ebpfkit (engine/,
+    tools/xdp/, ...), so a test is found where its code is; only whole-package tests (the CLI,
+    this file, the README) sit at the top."""
+    top = {"test_architecture.py", "test_cli.py", "test_readme.py"}
+    offences = []
+    for kind in ("unit", "integration"):
+        for test in sorted((TESTS / kind).rglob("test_*.py")):
+            area = test.parent.relative_to(TESTS / kind)
+            if area == Path("."):
+                if test.name not in top:
+                    offences.append(f"{test.relative_to(ROOT)}: at the top; move it under its area")
+            elif not (PACKAGE / area / "__init__.py").exists() and not (PACKAGE / f"{area}.py").exists():
+                offences.append(f"{test.relative_to(ROOT)}: ebpfkit/{area} does not exist")
+    _fail_with_paths(offences, "tests live under the area of ebpfkit they test")
+
+
+def _fail_with_paths(offences: list[str], rule: str) -> None:
+    if offences:
+        pytest.fail(f"{rule}:\n  " + "\n  ".join(offences), pytrace=False)

@@ -23,7 +23,7 @@ from ebpfkit.errors import NotSupportedError
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(ebpfkit.__file__).resolve().parents[1]
 SOURCES = {src.name: src for src in program_sources()}  # each tool keeps its own
 PROGRAMS = list(SOURCES)
 RUNQLAT = SOURCES["runqlat.bpf.c"]

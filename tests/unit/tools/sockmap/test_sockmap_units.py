@@ -14,12 +14,13 @@ from click.testing import CliRunner
 
 from ebpfkit.cli import cli
 from ebpfkit.tools.sockmap import Options, SockmapUsageError, resolve_cgroup
+from ebpfkit.tools import sockmap as sockmap_package
 from ebpfkit.tools.sockmap import maps as M
 from ebpfkit.tools.sockmap.cgroups import _mount_of
 from ebpfkit.tools.sockmap.regression import release_affected
 from ebpfkit.tools import TOOLS
 
-HEADER = Path(__file__).resolve().parents[2] / "ebpfkit" / "tools" / "sockmap" / "sockmap.h"
+HEADER = Path(sockmap_package.__file__).parent / "sockmap.h"
 
 
 def _c_struct_size(name: str) -> int:
