@@ -9,12 +9,11 @@ interface runs), so the kernel detaches and frees it even after a SIGKILL.
 
 from __future__ import annotations
 
-import time
-
 import click
 
 from ...output import Column, Output, ResultTable, tool_options
 from ..common import interval_arguments, intervals
+from .session import FilterStats, LbStats
 
 FILTER_EXAMPLES = """\b
 Examples:
@@ -96,12 +95,6 @@ def _gather_rules(rules_file, rule, src, dst, proto, dport, sport):
     found = load_rule_file(rules_file) if rules_file else None
     rules = (found.rules if found else []) + rules_from_flags(src, dst, proto, dport, sport, rule)
     return rules, found
-
-
-def _rate(now: int, before: int | None, seconds: float | None):
-    if before is None or not seconds:
-        return None
-    return round((now - before) / seconds, 1)
 
 
 # --- filter --------------------------------------------------------------------------------------
@@ -206,15 +199,8 @@ def filter_run(iface, netns, mode, default, dry_run, max_rules, interval, count,
     rules, found = _gather_rules(**rule_args)
     config = _filter_config(default, dry_run, max_rules, mode, found)
     att = xf.attach(iface, rules, config, netns=netns, persistent=False)
-    try:
-        out.banner(f"Filtering on {att.iface.where} ({len(rules)} rules, program id {att.prog_id})... "
-                   "Hit Ctrl-C to end.")
-        view = FilterStats(att.tables, att.iface)
-        with out.live():
-            for _ in intervals(interval, count):
-                view.show(out)
-    finally:
-        att.close()
+    _foreground(out, att, f"Filtering on {att.iface.where} ({len(rules)} rules, program id {att.prog_id})...",
+                FilterStats, show_filter_stats, interval, count)
 
 
 @filter_group.command("detach")
@@ -322,53 +308,11 @@ def rules_replace(iface, netns, **rule_args):
         _print_rules(out, tables)
 
 
-def _counter_row(row: dict, counter: tuple, before, seconds) -> dict:
-    """``row`` with packets and bytes, and pps and bps since ``before`` (the previous sample)."""
-    pk, by = counter
-    return {**row, "packets": pk, "bytes": by, "pps": _rate(pk, before and before[0], seconds),
-            "bps": _rate(8 * by, before and 8 * before[1], seconds)}
-
-
-class _CounterView:
-    """Counters of a pinned XDP program as rows, with rates since the previous sample."""
-
-    def __init__(self, tables, iface=None):
-        self.tables, self.iface = tables, iface
-        self.prev: dict = {}
-        self.prev_totals: dict = {}
-        self.when: float | None = None
-
-    def _document(self, name: str, items, counters: dict, config: dict, totals: dict) -> dict:
-        """``items``: (key, row) per counted thing; ``counters``: key -> (packets, bytes)."""
-        from ...output.values import iso_time, now
-
-        t = time.monotonic()
-        seconds = t - self.when if self.when is not None else None
-        rows = [_counter_row(row, counters.get(key, (0, 0)), self.prev.get(key), seconds) for key, row in items]
-        total_rows = [_counter_row({"counter": n}, c, self.prev_totals.get(n), seconds) for n, c in totals.items()]
-        self.prev, self.prev_totals, self.when = counters, totals, t
-        return {"time": iso_time(now()), "interval": round(seconds, 6) if seconds else None,
-                "iface": self.iface.name if self.iface else None,
-                "netns": self.iface.netns if self.iface else None, **config,
-                name: rows, "totals": total_rows}
-
-
-class FilterStats(_CounterView):
-    """A filter's per-rule and per-action counters."""
-
-    def sample(self) -> dict:
-        rules = self.tables.rules()
-        counters = self.tables.rule_counters(rules)
-        return self._document("rules", [(rid, {"id": rid, "rule": str(r)}) for rid, r in sorted(rules.items())],
-                              counters, self.tables.config().to_dict(), self.tables.totals(counters))
-
-    def show(self, out: Output) -> None:
-        doc = self.sample()
-        rule_table = ResultTable(["id", Column("rule", align="left", max_width=40), "packets", "bytes",
-                                  "pps", "bps"], doc["rules"], title="rules")
-        total_table = ResultTable(["counter", "packets", "bytes", "pps", "bps"], doc["totals"],
-                                  title="totals")
-        out.document(doc, [rule_table, total_table])
+def show_filter_stats(out: Output, doc: dict) -> None:
+    rule_table = ResultTable(["id", Column("rule", align="left", max_width=40), "packets", "bytes",
+                              "pps", "bps"], doc["rules"], title="rules")
+    total_table = ResultTable(["counter", "packets", "bytes", "pps", "bps"], doc["totals"], title="totals")
+    out.document(doc, [rule_table, total_table])
 
 
 @filter_group.command("stats")
@@ -382,18 +326,32 @@ def filter_stats(iface, netns, interval, count):
 
     out = Output.from_context()
     with xf.open_pinned(iface, netns) as tables:
-        _show_stats(out, FilterStats(tables, _iface_or_none(pins, iface, netns)), interval, count)
+        sampler = FilterStats(tables, _iface_or_none(pins, iface, netns))
+        _show_stats(out, sampler, show_filter_stats, interval, count)
 
 
-def _show_stats(out, view, interval, count):
+def _show_stats(out, sampler, show, interval, count):
     """The counters once, or every INTERVAL with rates (measured from a first sample)."""
     if interval is None:
-        view.show(out)
+        show(out, sampler.sample())
         return
-    view.sample()
+    sampler.sample()
+    _every_interval(out, sampler, show, interval, count)
+
+
+def _every_interval(out, sampler, show, interval, count):
     with out.live():
         for _ in intervals(interval, count):
-            view.show(out)
+            show(out, sampler.sample())
+
+
+def _foreground(out, att, banner: str, sampler, show, interval, count):
+    """A `run`: statistics every INTERVAL until Ctrl-C or COUNT, then detach."""
+    try:
+        out.banner(f"{banner} Hit Ctrl-C to end.")
+        _every_interval(out, sampler(att.tables, att.iface), show, interval, count)
+    finally:
+        att.close()
 
 
 def _iface_or_none(pins, iface, netns):
@@ -458,15 +416,8 @@ def lb_run(iface, netns, mode, vip, backends, table_size, max_backends, interval
     """Balance in the foreground until Ctrl-C; print statistics every INTERVAL seconds."""
     out = Output.from_context()
     att = _lb_attach(iface, netns, mode, vip, backends, table_size, max_backends, False)
-    try:
-        out.banner(f"Balancing {vip} on {att.iface.where} over {len(backends)} backends... "
-                   "Hit Ctrl-C to end.")
-        view = LbStats(att.tables, att.iface)
-        with out.live():
-            for _ in intervals(interval, count):
-                view.show(out)
-    finally:
-        att.close()
+    _foreground(out, att, f"Balancing {vip} on {att.iface.where} over {len(backends)} backends...",
+                LbStats, show_lb_stats, interval, count)
 
 
 @lb_group.command("detach")
@@ -547,21 +498,11 @@ def backend_del(iface, netns, backends):
         _print_backends(out, tables)
 
 
-class LbStats(_CounterView):
-    """A load balancer's per-backend counters and totals."""
-
-    def sample(self) -> dict:
-        backends = self.tables.backends()
-        counters = self.tables.backend_counters()
-        items = [(b.slot, {"slot": b.slot, "backend": b.name, "weight": b.weight}) for b in backends]
-        return self._document("backends", items, counters, self.tables.config(), self.tables.totals())
-
-    def show(self, out: Output) -> None:
-        doc = self.sample()
-        out.document(doc, [
-            ResultTable(["slot", Column("backend", align="left"), "weight", "packets", "bytes", "pps",
-                         "bps"], doc["backends"], title="backends"),
-            ResultTable(["counter", "packets", "bytes", "pps", "bps"], doc["totals"], title="totals")])
+def show_lb_stats(out: Output, doc: dict) -> None:
+    out.document(doc, [
+        ResultTable(["slot", Column("backend", align="left"), "weight", "packets", "bytes", "pps",
+                     "bps"], doc["backends"], title="backends"),
+        ResultTable(["counter", "packets", "bytes", "pps", "bps"], doc["totals"], title="totals")])
 
 
 @lb_group.command("stats")
@@ -574,4 +515,4 @@ def lb_stats(iface, netns, interval, count):
 
     out = Output.from_context()
     with lb.open_pinned(iface, netns) as tables:
-        _show_stats(out, LbStats(tables, _iface_or_none(pins, iface, netns)), interval, count)
+        _show_stats(out, LbStats(tables, _iface_or_none(pins, iface, netns)), show_lb_stats, interval, count)
