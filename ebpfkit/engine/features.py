@@ -39,6 +39,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..errors import EbpfkitError, NotSupportedError, PermissionDeniedError
+from ..sysinfo.cgroups import cgroup2_mount
+from ..sysinfo.mounts import MountTable
 from . import _libbpf as L
 from . import mounts, perf
 from .btf import BTF_ENV, BTF_SOURCES_HINT, KERNEL_BTF, check_btf_file, kernel_btf_exposed, user_btf_path
@@ -335,23 +337,15 @@ def libbpf_version() -> str:
     return "%d.%d" % L.version()
 
 
-def _mount_points(fstype: str) -> list[str]:
-    try:
-        with open("/proc/self/mounts") as f:
-            return [p[1] for p in (line.split() for line in f) if len(p) > 2 and p[2] == fstype]
-    except OSError:
-        return []
-
-
 def mounted_bpffs() -> str | None:
     """Where bpffs is mounted (preferring /sys/fs/bpf), or None. Not cached: mounts change."""
-    points = _mount_points("bpf")
+    points = MountTable().points("bpf")
     return mounts.BPFFS if mounts.BPFFS in points else (points[0] if points else None)
 
 
 def mounted_tracefs() -> str | None:
     """The tracing directory if tracefs (or debugfs/tracing) is mounted, else None."""
-    points = _mount_points("tracefs")
+    points = MountTable().points("tracefs")
     if mounts.TRACEFS in points:
         return mounts.TRACEFS
     if points:
@@ -373,7 +367,7 @@ def _filesystem_known(fstype: str) -> bool:
 def _securityfs() -> dict:
     """The 'lockdown' and 'lsm' files of securityfs, mounting it on a private temporary
     directory for the read if it is not mounted (and unmounting it again)."""
-    points = _mount_points("securityfs")
+    points = MountTable().points("securityfs")
     if points:
         return _read_security_files(points[0])
     if not _is_root():
@@ -1060,11 +1054,6 @@ for _name, _label in [("xdp_native", "XDP (native, veth driver)"), ("xdp_generic
 
 # --- cgroup hooks on a child cgroup we create, and sk_msg on a SOCKHASH -----------------
 
-def _cgroup2_root() -> str | None:
-    points = _mount_points("cgroup2")
-    return points[0] if points else None
-
-
 def _cgroup_attach(cgfd: int, prog_type: ProgType, attach_type: AttachType, ret: int) -> tuple:
     with contextlib.ExitStack() as stack:
         prog = _loaded(stack, prog_type, ret=ret, expected_attach_type=attach_type)
@@ -1074,7 +1063,7 @@ def _cgroup_attach(cgfd: int, prog_type: ProgType, attach_type: AttachType, ret:
 
 @functools.cache
 def _cgroup_group() -> dict:
-    root = _cgroup2_root()
+    root = cgroup2_mount()
     if root is None:
         return {"__error__": _Failed("find", 0, reason="no cgroup v2 mounted")}
     path = os.path.join(root, f"{CGROUP_PREFIX}{os.getpid()}")
