@@ -29,6 +29,23 @@ def _existing_pid(ctx, param, value):
     return value
 
 
+def disk_option(help: str):
+    """``--disk NAME``: a disk (with its partitions) or one partition, resolved to a
+    ``sysinfo.devices.Disk``; an unknown name is a usage error, the same in every tool."""
+    return click.option("--disk", metavar="NAME", callback=_resolved_disk, help=help)
+
+
+def _resolved_disk(ctx, param, value):
+    from ..sysinfo.devices import UnknownDiskError, resolve_disk
+
+    if value is None:
+        return None
+    try:
+        return resolve_disk(value)
+    except UnknownDiskError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+
+
 def intervals(interval: float | None, count: int | None):
     """Yield once per interval (sleeping in between) until COUNT intervals or Ctrl-C.
 

@@ -16,11 +16,15 @@ import re
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import click
 
+if TYPE_CHECKING:
+    from ..sysinfo.devices import Disk
+
 from ..output import MAX_TABLE_WIDTH, Column, Output, ResultTable, tool_options
-from .common import interval_arguments, intervals, pid_option
+from .common import disk_option, interval_arguments, intervals, pid_option
 
 EXAMPLES = """\b
 Examples:
@@ -80,17 +84,16 @@ class IofsStat:
     (or use it as a context manager). The command below is a thin shell around it."""
 
     def __init__(self, pid: int | None = None, container: str | None = None,
-                 disk: str | None = None, hook: str = "auto"):
+                 disk: str | Disk | None = None, hook: str = "auto"):
         from ..sysinfo.containers import CgroupPaths
-        from ..sysinfo.diskstats import disk_devices
+        from ..sysinfo.devices import resolve_disk
 
-        self.pid, self.container, self.disk = pid, container, disk
+        self.pid, self.container = pid, container
+        # a name ("sda", "/dev/sda", "sda1") or an already resolved Disk; unknown: exit 2
+        self.disk = resolve_disk(disk) if isinstance(disk, str) else disk
         self.hook_choice = hook
         self.hook = self.hook_label = None  # "fexit" or "tracepoint", and what it covers
         self.cgroups = CgroupPaths()
-        self.disk_devices = disk_devices(disk) if disk else None
-        if self.disk_devices == set():
-            raise ValueError(f"no disk named {disk!r} (see /sys/block)")
         self._obj = None
         self._paths: OrderedDict[tuple[int, int], str] = OrderedDict()  # complete paths
         self._partial: dict[tuple[int, int], str] = {}  # this interval's incomplete ones
@@ -193,22 +196,23 @@ class IofsStat:
             self._paths.popitem(last=False)
 
     def _path(self, tgid: int, dev: int, ino: int, proc_cache: dict) -> str:
-        from ..sysinfo.diskstats import kernel_dev
+        from ..sysinfo.devices import decode_kernel_dev
         from ..sysinfo.files import fd_paths
 
         path = self._paths.get((dev, ino))
         if path is None:
             if tgid not in proc_cache:
                 proc_cache[tgid] = fd_paths(tgid)
-            path = proc_cache[tgid].get((*kernel_dev(dev), ino)) or self._partial.get((dev, ino))
+            path = proc_cache[tgid].get((*decode_kernel_dev(dev), ino)) or self._partial.get((dev, ino))
         return path or "-"  # closed and gone before we looked, as the source tool shows it
 
     # --- rows ---
 
     def _disk_rows(self, before, after, seconds) -> list[dict]:
-        from ..sysinfo.diskstats import disk_rates, whole_disks
+        from ..sysinfo.devices import whole_disks
+        from ..sysinfo.diskstats import disk_rates
 
-        names = [self.disk] if self.disk else sorted(whole_disks())
+        names = [self.disk.name] if self.disk else sorted(whole_disks())
         rows = []
         for name in names:
             if name not in after:
@@ -225,12 +229,12 @@ class IofsStat:
         return rows
 
     def _bio_rows(self, entries, seconds) -> list[dict]:
-        from ..sysinfo.diskstats import kernel_dev
+        from ..sysinfo.devices import decode_kernel_dev
 
         rows = []
         for key, st in entries:
-            dev = kernel_dev(key.dev)
-            if self.disk_devices is not None and dev not in self.disk_devices:
+            dev = decode_kernel_dev(key.dev)
+            if self.disk and dev not in self.disk.block_devs:
                 continue
             rows.append({"comm": st.comm, "pid": key.tgid, "disk": self._dev_name(dev),
                          "reads": st.reads, "r_bps": _rate(st.read_bytes, seconds),
@@ -240,12 +244,12 @@ class IofsStat:
         return rows
 
     def _file_rows(self, entries, seconds) -> list[dict]:
-        from ..sysinfo.diskstats import kernel_dev
+        from ..sysinfo.devices import decode_kernel_dev, dev_str
 
         rows, proc_cache = [], {}
         for key, st in entries:
-            dev = kernel_dev(key.file.dev)
-            if self.disk_devices is not None and dev not in self.disk_devices:
+            dev = decode_kernel_dev(key.file.dev)
+            if self.disk and dev not in self.disk.file_devs:
                 continue
             rows.append({"comm": st.comm, "pid": key.tgid,
                          "reads": st.reads, "r_bps": _rate(st.read_bytes, seconds),
@@ -254,14 +258,14 @@ class IofsStat:
                          "path": self._path(key.tgid, key.file.dev, key.file.ino, proc_cache),
                          "container": self._container(st.cgroup_id),
                          "read_bytes": st.read_bytes, "write_bytes": st.write_bytes,
-                         "dev": f"{dev[0]}:{dev[1]}"})
+                         "dev": dev_str(dev)})
         return rows
 
     def _dev_name(self, dev: tuple[int, int]) -> str:
-        from ..sysinfo.diskstats import device_name
+        from ..sysinfo.devices import device_name
 
         if dev not in self._dev_names:
-            self._dev_names[dev] = device_name(*dev)
+            self._dev_names[dev] = device_name(dev)
         return self._dev_names[dev]
 
     def _container(self, cgroup_id: int) -> str | None:
@@ -411,20 +415,12 @@ def _check_container(ctx, param, value):
     return value.lower()
 
 
-def _check_disk(ctx, param, value):
-    from ..sysinfo.diskstats import disk_devices
-
-    if value is not None and not disk_devices(value):
-        raise click.BadParameter(f"no disk named {value!r} (see /sys/block)", ctx=ctx, param=param)
-    return value
-
-
 @click.command(epilog=EXAMPLES)
 @pid_option
 @click.option("--container", metavar="ID", callback=_check_container,
               help="Only processes of this container (its id, or the start of it).")
-@click.option("--disk", metavar="NAME", callback=_check_disk,
-              help="Only this disk (e.g. sda, nvme0n1, loop0) and files on it or its partitions.")
+@disk_option("Only this disk (e.g. sda, nvme0n1, loop0) and files on it or its partitions, "
+             "or one partition (sda1).")
 @click.option("--sort", "sort_key", type=click.Choice(SORT_KEYS), metavar="COLUMN",
               help=f"Sort every view that has COLUMN by it (one of: {', '.join(SORT_KEYS)}); "
                    "default: most bytes first.")

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 import click
 
 from ..output import Column, Output, ResultTable, tool_options
-from .common import pid_option
+from .common import disk_option, pid_option
 
 EXAMPLES = """\b
 Examples:
@@ -42,6 +42,7 @@ _KIND_STAGE = {2: "queue", 3: "insert", 4: "issue", 5: "complete"}  # iotrace.h 
 _SYSCALLS = {1: "read", 2: "write", 3: "pread64", 4: "pwrite64", 5: "readv", 6: "writev",
              7: "preadv", 8: "pwritev", 9: "preadv2", 10: "pwritev2"}
 _S_IFMT, _S_IFREG = 0o170000, 0o100000
+MAX_FS_DEVS = 16  # iotrace.h IOTRACE_MAX_FSDEVS
 
 
 @click.group(epilog=EXAMPLES)
@@ -58,34 +59,29 @@ def iotrace():
 @click.option("--duration", type=click.FloatRange(min=0, min_open=True), metavar="S",
               help="Stop after S seconds (default: at Ctrl-C).")
 @pid_option
-@click.option("--disk", metavar="NAME", help="Only this disk (and its partitions), e.g. vda, loop0, vda1.")
+@disk_option("Only this disk (and its partitions), e.g. vda, loop0, vda1.")
 @tool_options(output=False)
 def record(record_file, duration, pid, disk):
     """Record each IO's timestamps at every layer it passes into FILE."""
     from .._version import __version__
     from ..engine import compile as compile_bpf
-    from ..iotrace.devices import resolve_disk
     from ..iotrace.fileformat import RecordWriter
+    from ..sysinfo.devices import encode_kernel_dev
 
     out = Output.from_context()
-    target = None
-    if disk:
-        try:
-            target = resolve_disk(disk)
-        except LookupError as exc:
-            raise click.BadParameter(str(exc), param_hint="'--disk'") from None
     spec = compile_bpf("iotrace.bpf.c")
-    fs_devs = list(target.fs_devs) if target else []
+    # the BPF side compares kernel dev_ts, of the disk and of up to MAX_FS_DEVS filesystems
+    fs_devs = [encode_kernel_dev(*d) for d in disk.file_devs[:MAX_FS_DEVS]] if disk else []
     spec.rodata.update({"targ_tgid": pid or 0, "self_tgid": os.getpid(),
-                        "targ_disk": target.disk if target else 0, "targ_ndevs": len(fs_devs),
-                        "targ_fsdevs": fs_devs + [0] * (16 - len(fs_devs))})
+                        "targ_disk": encode_kernel_dev(*disk.disk) if disk else 0, "targ_ndevs": len(fs_devs),
+                        "targ_fsdevs": fs_devs + [0] * (MAX_FS_DEVS - len(fs_devs))})
 
     def open_writer():  # only once the programs run: a failed load leaves no file behind
         try:
             writer = RecordWriter(record_file)
         except OSError as exc:
             raise click.BadParameter(f"cannot write {record_file}: {exc.strerror}", param_hint="'-o'") from None
-        writer.header(filters={"pid": pid, "disk": disk}, tool=f"ebpfkit {__version__}")
+        writer.header(filters={"pid": pid, "disk": disk.name if disk else None}, tool=f"ebpfkit {__version__}")
         return writer
 
     summary = _record(out, spec, open_writer, duration, record_file)
@@ -99,7 +95,8 @@ def record(record_file, duration, pid, disk):
 
 
 def _record(out, spec, open_writer, duration, record_file) -> dict:
-    from ..iotrace.devices import device_info, kdev_str
+    from ..iotrace.devices import device_info
+    from ..sysinfo.devices import decode_kernel_dev, dev_str
     from ..iotrace.fiemap import FileTracker
     from ..iotrace.fileformat import BlockEvent, Syscall
 
@@ -110,7 +107,7 @@ def _record(out, spec, open_writer, duration, record_file) -> dict:
     o_direct = getattr(os, "O_DIRECT", 0)
 
     def on_event(ev):
-        dev = kdev_str(ev.dev)
+        dev = dev_str(decode_kernel_dev(ev.dev))
         if ev.kind == 1:
             regular = ev.mode & _S_IFMT == _S_IFREG
             s = Syscall(ev.ts_enter, ev.ts, ev.tid, ev.tgid, ev.comm, _SYSCALLS.get(ev.syscall, "read"), ev.fd,
