@@ -932,48 +932,17 @@ def _probe_perf_event():
 
 # --- networking: XDP and tc on a veth pair inside a throwaway network namespace ----------
 
-_CLONE_NEWNET = 0x40000000
 _XDP_PASS, _TCX_NEXT = 2, -1
 
 
 def _in_fresh_netns(work: Callable[[int], dict]) -> dict:
-    """Run ``work(ifindex of a veth)`` in a worker thread that alone enters a new network
-    namespace (namespaces are per thread); the namespace dies with that thread."""
-    result: dict = {}
+    """Run ``work(ifindex of a veth)`` inside a throwaway network namespace (a thread of its
+    own enters it), which is deleted with the veth pair afterwards."""
+    from ..net import NetNS, create_veth
 
-    def thread_main():
-        try:
-            result.update(_netns_body(work))
-        except BaseException as exc:  # handed to the caller's thread
-            result["__error__"] = exc
-
-    thread = threading.Thread(target=thread_main, name="ebpfkit-netns-probe", daemon=True)
-    thread.start()
-    thread.join()
-    if "__error__" in result:
-        raise result["__error__"]
-    return result
-
-
-def _netns_body(work: Callable[[int], dict]) -> dict:
-    from pyroute2 import IPRoute
-
-    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
-    try:
-        if L.libc.unshare(_CLONE_NEWNET) != 0:
-            raise _Failed("unshare", L.errno(), reason="cannot create a network namespace")
-        try:
-            with IPRoute() as ipr:
-                ipr.link("add", ifname="ebpfkit0", kind="veth", peer="ebpfkit1")
-                ifindex = ipr.link_lookup(ifname="ebpfkit0")[0]
-                try:
-                    return work(ifindex)
-                finally:
-                    ipr.link("del", index=ifindex)  # the netns would take it anyway
-        finally:
-            L.libc.setns(home, _CLONE_NEWNET)  # back home; the new netns is freed now
-    finally:
-        os.close(home)
+    with NetNS("probe") as ns:
+        pair = create_veth(ns, names=("ebpfkit0", "ebpfkit1"), addresses=(None, None))
+        return ns.run(work, pair.a.ifindex)
 
 
 def _catch(fn: Callable[[], tuple]) -> tuple | _Failed:
