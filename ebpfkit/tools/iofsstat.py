@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING
 
 import click
 
-if TYPE_CHECKING:
-    from ..sysinfo.devices import Disk
-
 from ..output import MAX_TABLE_WIDTH, Column, Output, ResultTable, tool_options
 from .common import disk_option, interval_arguments, intervals, pid_option
+
+if TYPE_CHECKING:
+    from ..sysinfo.devices import Disk
 
 EXAMPLES = """\b
 Examples:
