@@ -203,14 +203,14 @@ class Guard(Hooks):
     processes, untrusted like any other."""
 
     def __init__(self, mode: str):
-        from ebpfkit.guard import agent, core
+        from ebpfkit.tools.guard import agent, core
 
         super().__init__(agent.load(mode))
         self.mode = mode
         self.maps = {n: self.obj.maps[n].raw for n in core.MAP_NAMES}
 
     def fill(self, policy) -> int:
-        from ebpfkit.guard import core
+        from ebpfkit.tools.guard import core
 
         res = core.resolve(policy)
         core.apply(res, self.maps)
@@ -266,7 +266,7 @@ def run(args) -> int:
         print("run as root: the guard loads BPF-LSM programs", file=sys.stderr)
         return 1
     import ebpfkit
-    from ebpfkit.guard import core
+    from ebpfkit.tools.guard import core
 
     reason = core.refuse_reason()
     if reason:
@@ -351,7 +351,7 @@ def main(argv=None) -> int:
     parser.add_argument("--no-vm", action="store_true", help="run here even outside a VM")
     args = parser.parse_args(argv)
     if not in_vm() and not args.no_vm:
-        from ebpfkit.guard import core
+        from ebpfkit.tools.guard import core
 
         if core.refuse_reason():  # this kernel cannot run the guard: the VM can
             python = str(REPO / ".venv" / "bin" / "python")

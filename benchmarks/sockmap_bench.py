@@ -7,7 +7,7 @@ Workloads: sockperf TCP ping-pong 64 B (p50/p99), iperf3 against its default ser
 "::") with and without TCP_NODELAY, nginx load balancer + two nginx backends driven by wrk.
 The sample runs a second time in a cgroup of its own (A/A), which measures the noise; the
 sk_msg row is each program's cost per message (kernel run-time statistics).
-The measurement is ebpfkit.sockmap.bench, the same one `ebpfkit sockmap bench` prints.
+The measurement is ebpfkit.tools.sockmap.bench, the same one `ebpfkit sockmap bench` prints.
 Targets (issue 6): p50 <= 0.8x plain and not above the minimal sample by more than the A/A
 noise of the same run; iperf3 >= 1.8x; nginx req/s >= 1.1x with zero errors. Exit status 0
 when every target is met, 1 otherwise. sockperf adds ~2 s to every run it makes.
@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ebpfkit.sockmap.bench import run_bench  # noqa: E402
+from ebpfkit.tools.sockmap.bench import run_bench  # noqa: E402
 
 
 def main(argv=None) -> int:

@@ -161,8 +161,8 @@ class EbpfkitContender:
     name = "ebpfkit filter"
 
     def __init__(self, lab, nets):
-        from ebpfkit.xdp.filter import FilterConfig, attach
-        from ebpfkit.xdp.rules import Rule
+        from ebpfkit.tools.xdp.filter import FilterConfig, attach
+        from ebpfkit.tools.xdp.rules import Rule
 
         rules = [Rule(src=n) for n in nets]
         self.att = attach("rx0", rules, FilterConfig(mode="native", max_rules=max(len(rules), 16)),
@@ -294,7 +294,7 @@ def bench_drop(runs: int, counts: dict[str, int], rounds: int = 3) -> list[dict]
 # --- 2. ns/packet through BPF_PROG_TEST_RUN ------------------------------------------------------------
 
 def _rule_sets(n: int, shape: str):
-    from ebpfkit.xdp.rules import Rule
+    from ebpfkit.tools.xdp.rules import Rule
 
     rng = random.Random(n)
     if shape == "/24":
@@ -316,7 +316,7 @@ def bench_testrun(runs: int, sizes=(10, 10_000, 1_000_000)) -> list[dict]:
     from scapy.layers.inet import IP, UDP
     from scapy.layers.l2 import Ether
 
-    from ebpfkit.xdp.filter import FilterConfig, load_filter
+    from ebpfkit.tools.xdp.filter import FilterConfig, load_filter
 
     hit = bytes(Ether(**ETH) / IP(src=SRC, dst=DST) / UDP(sport=1234, dport=5000) / (b"x" * 18))
     miss = bytes(Ether(**ETH) / IP(src="192.168.7.7", dst=DST) / UDP(sport=1234, dport=5000) / (b"x" * 18))
@@ -390,7 +390,7 @@ def _xdp_filter_testrun(hit: bytes, miss: bytes, ns_per_packet) -> dict:
 # --- 3. Maglev -----------------------------------------------------------------------------------
 
 def bench_maglev(runs: int) -> list[dict]:
-    from ebpfkit.xdp.maglev import build_table, remapped, shares
+    from ebpfkit.tools.xdp.maglev import build_table, remapped, shares
 
     rows = []
     for n, size in ((1000, 65537), (1000, 655373), (100, 65537), (10, 65537)):

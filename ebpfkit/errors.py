@@ -46,6 +46,18 @@ class BTFFileError(LoadError):
     exit_code = 2
 
 
+class ConfigError(EbpfkitError):
+    """A tool's configuration has a bad value: a usage error, the same from the CLI, a YAML
+    file or a notebook. ``field`` names the setting (the CLI shows its option instead)."""
+
+    exit_code = 2
+
+    def __init__(self, field: str, message: str, hint: str | None = None):
+        super().__init__(f"{field}: {message}", hint)
+        self.field = field
+        self.reason = message
+
+
 class NotSupportedError(EbpfkitError):
     """This kernel, libbpf or machine lacks a feature ``feature``."""
 

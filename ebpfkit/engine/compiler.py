@@ -24,7 +24,8 @@ FORMAT = "1"  # bump when the way objects are built changes
 
 # plain strings, like every path on the start path: pathlib (and the re module it imports)
 # would cost each start ~9 ms
-PROGRAMS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), "programs")
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # ebpfkit/
+PROGRAMS_DIR = os.path.join(PACKAGE_DIR, "programs")  # what every program shares: include/, prebuilt/
 INCLUDE_DIR = os.path.join(PROGRAMS_DIR, "include")
 PREBUILT_DIR = os.path.join(PROGRAMS_DIR, "prebuilt")
 
@@ -174,8 +175,14 @@ def libbpf_include_dir() -> str:
 
 
 def prebuilt_object(name: str, directory: str | None = None) -> str:
-    """Where the prebuilt CO-RE object of the shipped program ``name`` (runqlat.bpf.c) is."""
+    """Where the prebuilt CO-RE object of the shipped program ``name`` (runqlat.bpf.c) is:
+    one directory for all of them, so `ebpfkit build --out-dir` output copies as a whole."""
     return os.path.join(directory or PREBUILT_DIR, name.removesuffix(".c") + ".o")
+
+
+def is_shipped(source: "Source") -> bool:
+    """One of the programs inside the ebpfkit package (a tool's), as opposed to a user's."""
+    return source.path is not None and source.path.startswith(PACKAGE_DIR + os.sep)
 
 
 class Source(namedtuple("_Source", "name text path", defaults=(None,))):
@@ -187,11 +194,7 @@ class Source(namedtuple("_Source", "name text path", defaults=(None,))):
     def from_path(cls, path: str | os.PathLike) -> "Source":
         p = os.fspath(path)
         if not os.path.exists(p):
-            builtin = os.path.join(PROGRAMS_DIR, os.path.basename(p))
-            if os.path.exists(builtin):
-                p = builtin
-            else:
-                raise CompileError(f"no such BPF source: {path}")
+            raise CompileError(f"no such BPF source: {path}")
         with open(p, "rb") as f:
             return cls(os.path.basename(p), f.read(), os.path.realpath(p))
 
@@ -222,7 +225,7 @@ class Compiler:
         return ["-target", "bpf", "-g", "-O2", f"-D__TARGET_ARCH_{arch}", "-D__EBPFKIT__",
                 "-fno-color-diagnostics", "-Wno-unused-command-line-argument",
                 "-Wno-compare-distinct-pointer-types", "-Wno-address-of-packed-member",
-                f"-I{INCLUDE_DIR}", f"-I{PROGRAMS_DIR}", f"-idirafter{libbpf_include_dir()}", *self.cflags]
+                f"-I{INCLUDE_DIR}", f"-idirafter{libbpf_include_dir()}", *self.cflags]
 
     def key(self, source: Source) -> str:
         """What the object depends on besides the headers' content (checked after): the
@@ -231,7 +234,7 @@ class Compiler:
         clang_id = self.clang.identity if self.clang else "no-clang"
         source_dir = os.path.dirname(source.path) if source.path is not None else ""
         return cache.digest(FORMAT, source.name, source.text, "\0".join(self.cflags), INCLUDE_DIR,
-                            PROGRAMS_DIR, source_dir, clang_id, self.btf.digest, _MACHINE)
+                            source_dir, clang_id, self.btf.digest, _MACHINE)
 
     def compile(self, source: Source) -> str:
         """Return the path of the object for ``source``, compiling it if not cached."""
@@ -245,7 +248,7 @@ class Compiler:
         if self.clang is None:
             prebuilt = prebuilt_object(source.name)
             # only for ebpfkit's own programs: a user's runqlat.bpf.c is another program
-            if source.path and os.path.dirname(source.path) == PROGRAMS_DIR and os.path.exists(prebuilt):
+            if is_shipped(source) and os.path.exists(prebuilt):
                 log.info("clang not found; using the prebuilt CO-RE object %s", prebuilt)
                 return prebuilt
             raise NotSupportedError("clang", f"cannot compile {source.name}: no clang >= {MIN_CLANG} found",

@@ -1,4 +1,4 @@
-"""Prebuilt CO-RE objects: every program in ebpfkit/programs compiled once and loaded where
+"""Prebuilt CO-RE objects: every program shipped in the ebpfkit package compiled once and loaded where
 a machine has no clang (CO-RE relocates them for its kernel). A wheel ships them as package
 data; an editable install (scripts/setup.sh) writes them into the source tree's
 programs/prebuilt. Either way they are where the engine looks: compiler.PREBUILT_DIR."""
@@ -11,13 +11,14 @@ from pathlib import Path
 
 from ..errors import NotSupportedError
 from . import cache
-from .compiler import CLANG_ENV, MIN_CLANG, PROGRAMS_DIR, Compiler, Source, prebuilt_object
+from .compiler import CLANG_ENV, MIN_CLANG, PACKAGE_DIR, Compiler, Source, prebuilt_object
 
 Built = namedtuple("Built", "path written")  # written: False when the object there was current
 
 
 def program_sources() -> list[Path]:
-    return sorted(Path(PROGRAMS_DIR).glob("*.bpf.c"))
+    """Every *.bpf.c in the package (each tool keeps its own next to its code), by name."""
+    return sorted(Path(PACKAGE_DIR).rglob("*.bpf.c"), key=lambda p: p.name)
 
 
 def missing(directory: str | Path | None = None) -> list[str]:

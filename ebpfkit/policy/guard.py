@@ -26,7 +26,7 @@ import yaml
 from ..output.sizes import parse_size
 from .loader import PolicyError, load_yaml, node_line
 
-# bit per operation; the same values are in programs/guard.h
+# bit per operation; the same values are in ebpfkit/tools/guard/guard.h
 OPERATIONS = {"write": 1, "unlink": 2, "rename": 4, "link": 8, "setattr": 16, "read": 32, "exec": 64}
 DEFAULT_DENY = ("write", "unlink", "rename", "link", "setattr")
 MODES = ("enforce", "audit")
@@ -195,7 +195,7 @@ def _kind(node) -> str:
 
 def parse_guard_policy(text: str, source: str = "<policy>") -> GuardPolicy:
     """Parse and validate; PolicyError (with a line) for anything wrong. Paths are not
-    resolved here: resolve() in ebpfkit.guard does that at load and on every reload."""
+    resolved here: resolve() in ebpfkit.tools.guard does that at load and on every reload."""
     return _Parser(source).parse(load_yaml(text, source))
 
 

@@ -3,7 +3,7 @@ the interval loop, and the start/stop of engine objects. Tools build on it; it k
 
 from __future__ import annotations
 
-import os
+import contextlib
 import time
 
 import click
@@ -22,10 +22,10 @@ def pid_option(func):
 
 
 def _existing_pid(ctx, param, value):
-    if value is None:
-        return None
-    if value <= 0 or not os.path.exists(f"/proc/{value}"):
-        raise click.BadParameter(f"no process with PID {value}", ctx=ctx, param=param)
+    from .config import check_pid
+
+    with _as_bad_parameter(ctx):
+        check_pid(param.name, value)
     return value
 
 
@@ -44,6 +44,25 @@ def _resolved_disk(ctx, param, value):
         return resolve_disk(value)
     except UnknownDiskError as exc:
         raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+
+
+def build_config(config_class, **values):
+    """A tool's Config from the command's options; a bad value is a usage error naming the
+    option it came from (the Config names the setting, which is the option's name)."""
+    with _as_bad_parameter(click.get_current_context()):
+        return config_class(**values)
+
+
+@contextlib.contextmanager
+def _as_bad_parameter(ctx):
+    from ..errors import ConfigError
+
+    try:
+        yield
+    except ConfigError as exc:
+        param = next((p for p in ctx.command.params if p.name == exc.field), None)
+        raise click.BadParameter(exc.reason, ctx=ctx, param=param,
+                                 param_hint=None if param else exc.field) from None
 
 
 def intervals(interval: float | None, count: int | None):

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from ebpfkit.engine.prebuilt import program_sources
 from outputs import csv_tables, logged, table_sections
 
 pytestmark = pytest.mark.integration
 
-PROGRAMS = Path(__file__).resolve().parents[2] / "ebpfkit" / "programs"
+PROGRAMS = program_sources()
 
 
 @pytest.mark.parametrize("fmt", ["table", "json", "csv"])
@@ -24,7 +25,7 @@ def test_build_reports_the_objects_it_wrote(tmp_path, fmt):
                              "build", "--out-dir", str(out_dir)], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     on_disk = {str(out_dir / f"{src.name[:-2]}.o"): (out_dir / f"{src.name[:-2]}.o").stat().st_size
-               for src in PROGRAMS.glob("*.bpf.c")}
+               for src in PROGRAMS}
     assert on_disk and sorted(p.name for p in out_dir.iterdir()) == sorted(Path(p).name for p in on_disk)
     if fmt == "json":
         printed = {r["object"]: r["bytes"] for r in json.loads(result.stdout)["rows"]}

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from ebpfkit.engine import features
-from ebpfkit.guard import core
+from ebpfkit.tools.guard import core
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to probe BPF-LSM")
 

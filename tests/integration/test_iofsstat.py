@@ -16,7 +16,7 @@ import pytest
 from ebpfkit.engine import features
 from ebpfkit.net import ChildCgroup
 from ebpfkit.sysinfo.diskstats import read_diskstats
-from ebpfkit.tools.iofsstat import IofsStat
+from ebpfkit.tools.iofsstat.cli import IofsStat
 from outputs import csv_tables, logged
 
 pytestmark = [

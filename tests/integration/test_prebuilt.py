@@ -24,7 +24,9 @@ from ebpfkit.errors import NotSupportedError
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-PROGRAMS = [src.name for src in program_sources()]
+SOURCES = {src.name: src for src in program_sources()}  # each tool keeps its own
+PROGRAMS = list(SOURCES)
+RUNQLAT = SOURCES["runqlat.bpf.c"]
 ELF_BPF = 247  # e_machine of a BPF object
 
 
@@ -59,7 +61,7 @@ def wheel(tmp_path_factory):
 
 def test_wheel_contains_an_object_for_every_program(wheel):
     names = zipfile.ZipFile(wheel).namelist()
-    for src in sorted((ROOT / "ebpfkit" / "programs").glob("*.bpf.c")):
+    for src in program_sources():
         assert f"ebpfkit/programs/prebuilt/{src.name[:-2]}.o" in names, names
 
 
@@ -72,7 +74,7 @@ def test_without_clang_the_engine_loads_the_prebuilt_object(wheel, tmp_path, mon
     monkeypatch.setenv("EBPFKIT_CLANG", "none")
     monkeypatch.setenv("EBPFKIT_CACHE_DIR", str(tmp_path / "cache"))
     with caplog.at_level(logging.INFO, logger="ebpfkit.engine.compiler"):
-        spec = ebpfkit.compile("runqlat.bpf.c")
+        spec = ebpfkit.compile(RUNQLAT)
     assert any("prebuilt CO-RE object" in r.getMessage() for r in caplog.records)
     assert spec.path == str(prebuilt / "runqlat.bpf.o")
     with spec.load() as obj:
@@ -181,10 +183,10 @@ def no_clang(monkeypatch, tmp_path):
 @pytest.mark.parametrize("program", PROGRAMS)
 def test_every_shipped_object_loads_from_the_prebuilt_dir_and_attaches(program, prebuilt_dir, no_clang,
                                                                         every_program):
-    spec = ebpfkit.compile(program)
+    spec = ebpfkit.compile(SOURCES[program])
     assert spec.path == str(prebuilt_dir / f"{program[:-2]}.o")  # loaded from there, not compiled
     if program == "guard.bpf.c":
-        from ebpfkit.guard.agent import match_kernel
+        from ebpfkit.tools.guard.agent import match_kernel
 
         match_kernel(spec)  # one of its two inode_setattr programs, the one for this kernel
     obj, links, refused = every_program(spec)

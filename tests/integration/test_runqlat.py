@@ -46,15 +46,18 @@ class Truth:
     waited_us: float  # time spent runnable in the run queue (schedstat's run_delay)
 
 
-def spin_two_on_one_cpu() -> list[Truth]:
+def spin_two_on_one_cpu(ready=None) -> list[Truth]:
     """Run two SPINNERs together on CPU; what the kernel accounted for each over its whole
-    life (read once it has exited and before it is reaped: a zombie keeps its schedstat)."""
+    life (read once it has exited and before it is reaped: a zombie keeps its schedstat).
+    ``ready(pids)`` is called once they exist and before they spin."""
     with ExitStack() as stack:
         procs = []
         for _ in range(2):
             proc = subprocess.Popen([sys.executable, "-c", SPINNER], stdin=subprocess.PIPE, text=True)
             stack.callback(_reap, proc)
             procs.append(proc)
+        if ready:
+            stack.enter_context(ready([p.pid for p in procs]))
         for proc in procs:
             proc.stdin.write("go\n")
             proc.stdin.flush()
@@ -208,3 +211,71 @@ def test_log_rotation_keeps_the_newest_results_whole(tmp_path, backups):
     else:
         assert len(files) == backups + 1
         assert 0 < len(kept) < intervals and kept == printed[-len(kept):]
+
+
+# --- the session, as a notebook or the exporter uses it ----------------------------------------
+
+def from_histograms(histograms) -> dict[int, dict]:
+    """Session results (Log2Histogram objects) as {pid: {(low, high): count}}."""
+    return from_dicts([h.to_dict() for h in histograms if h.label])
+
+
+def test_session_sees_the_waits_the_kernel_accounted():
+    from ebpfkit.tools import runqlat
+
+    with runqlat.open(per_process=True) as session:
+        assert session.hook in (runqlat.session.TYPED_HOOK, runqlat.session.RAW_HOOK)
+        truths = spin_two_on_one_cpu()
+        check_against_schedstat(from_histograms(session.sample()), truths)
+        # a sample drains what it read: the spinners, gone since, are not in the next one
+        assert not set(from_histograms(session.sample())) & {t.pid for t in truths}
+
+
+def test_session_for_one_pid_sees_only_it():
+    """Config(pid=...) is checked when built (the process must exist), so the session opens
+    once the spinners exist and before they spin."""
+    from contextlib import contextmanager
+
+    from ebpfkit.tools import runqlat
+
+    seen = {}
+
+    @contextmanager
+    def traced_only_first(pids):
+        with runqlat.open(runqlat.Config(per_process=True, pid=pids[0])) as session:
+            yield
+            seen.update(from_histograms(session.sample()))
+
+    truths = spin_two_on_one_cpu(ready=traced_only_first)
+    assert set(seen) == {truths[0].pid}, seen
+    # schedstat counts from the process's birth, the session from its open: a few runs of
+    # the interpreter's start-up are the kernel's alone
+    waits = sum(seen[truths[0].pid].values())
+    assert truths[0].runs - 20 <= waits <= truths[0].runs, (seen, truths[0])
+
+
+def test_a_bad_value_is_the_same_error_from_cli_yaml_and_notebook():
+    from ebpfkit.errors import ConfigError
+    from ebpfkit.tools import runqlat
+
+    gone = _a_pid_that_does_not_exist()
+    with pytest.raises(ConfigError) as from_kwargs:
+        runqlat.open(pid=gone)
+    with pytest.raises(ConfigError) as from_yaml:
+        runqlat.Config.from_mapping({"pid": gone, "per-process": True})
+    assert str(from_kwargs.value) == str(from_yaml.value) == f"pid: no process with PID {gone}"
+    assert from_kwargs.value.exit_code == 2
+    cli = subprocess.run([sys.executable, "-m", "ebpfkit", "runqlat", "-p", str(gone), "1", "1"],
+                         capture_output=True, text=True, timeout=60)
+    assert cli.returncode == 2, cli.stderr
+    assert f"'--pid': no process with PID {gone}" in cli.stderr and "Traceback" not in cli.stderr
+    with pytest.raises(ConfigError, match="per_process: expected bool, got str 'yes'"):
+        runqlat.Config.from_mapping({"per_process": "yes"})
+    with pytest.raises(ConfigError, match="unknown setting; known ones: milliseconds, per_process, pid"):
+        runqlat.Config.from_mapping({"interval": 1})
+
+
+def _a_pid_that_does_not_exist() -> int:
+    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True)
+    return int(proc.stdout)  # reaped: gone (a reuse this soon would need 4 million forks)

@@ -26,12 +26,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from ebpfkit import sockmap
+from ebpfkit.tools import sockmap
 from ebpfkit.net import ChildCgroup
-from ebpfkit.sockmap import bench
-from ebpfkit.sockmap import maps as M
-from ebpfkit.sockmap.core import PIN_BASE, pin_directory
-from ebpfkit.sockmap.regression import release_affected
+from ebpfkit.tools.sockmap import bench
+from ebpfkit.tools.sockmap import maps as M
+from ebpfkit.tools.sockmap.core import PIN_BASE, pin_directory
+from ebpfkit.tools.sockmap.regression import release_affected
 from helpers import wait_for
 from outputs import csv_tables, logged, table_sections
 

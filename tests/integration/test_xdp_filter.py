@@ -178,8 +178,8 @@ def _cases():
 
 @pytest.fixture(scope="module")
 def loaded_filter():
-    from ebpfkit.xdp.filter import load_filter
-    from ebpfkit.xdp.rules import parse_rule
+    from ebpfkit.tools.xdp.filter import load_filter
+    from ebpfkit.tools.xdp.rules import parse_rule
 
     obj, tables = load_filter([parse_rule(r) for r in RULES])
     yield obj, tables
@@ -244,8 +244,8 @@ def test_default_deny_and_dry_run_by_test_run():
     from scapy.layers.inet import IP, UDP
     from scapy.layers.l2 import ARP, Ether
 
-    from ebpfkit.xdp.filter import FilterConfig, load_filter
-    from ebpfkit.xdp.rules import parse_rule
+    from ebpfkit.tools.xdp.filter import FilterConfig, load_filter
+    from ebpfkit.tools.xdp.rules import parse_rule
 
     E = Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
     allowed = bytes(E / IP(src="10.0.0.1", dst="10.0.0.2") / UDP(dport=53))
@@ -272,9 +272,9 @@ def test_atomic_change_by_test_run(loaded_filter):
     from scapy.layers.inet import IP, UDP
     from scapy.layers.l2 import Ether
 
-    from ebpfkit.xdp.rules import parse_rule
+    from ebpfkit.tools.xdp.rules import parse_rule
 
-    from ebpfkit.xdp.filter import RETIRED
+    from ebpfkit.tools.xdp.filter import RETIRED
 
     obj, tables = loaded_filter
     _reset(tables)
@@ -500,8 +500,8 @@ def test_rule_changes_under_traffic(veth_pair, wire, capsys):
     from scapy.layers.inet import IP, UDP
     from scapy.layers.l2 import Ether
 
-    from ebpfkit.xdp.filter import open_pinned
-    from ebpfkit.xdp.rules import parse_rule
+    from ebpfkit.tools.xdp.filter import open_pinned
+    from ebpfkit.tools.xdp.rules import parse_rule
 
     pair = veth_pair
     where = _filter_args(pair)

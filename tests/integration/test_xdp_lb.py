@@ -77,13 +77,13 @@ def stats_in_every_form(capsys, where, log) -> dict[str, tuple[dict, dict]]:
 # --- BPF_PROG_TEST_RUN --------------------------------------------------------------------------
 
 def _model_backend(names_table, src, dst, sport, dport, proto=6):
-    from ebpfkit.xdp.lb import flow_hash
+    from ebpfkit.tools.xdp.lb import flow_hash
 
     return names_table[flow_hash(src, dst, sport, dport, proto) % len(names_table)]
 
 
 def _fake_backends(addrs, ifindex=1):
-    from ebpfkit.xdp.lb import Backend
+    from ebpfkit.tools.xdp.lb import Backend
 
     return [Backend(ipaddress.ip_address(a), 1, f"02:00:00:00:01:{i:02x}", "02:00:00:00:00:aa", ifindex)
             for i, a in enumerate(addrs)]
@@ -94,8 +94,8 @@ def test_program_follows_the_maglev_model():
     from scapy.layers.inet6 import IPv6
     from scapy.layers.l2 import Dot1Q, Ether
 
-    from ebpfkit.xdp import maglev
-    from ebpfkit.xdp.lb import load_lb, parse_vip
+    from ebpfkit.tools.xdp import maglev
+    from ebpfkit.tools.xdp.lb import load_lb, parse_vip
 
     backends = _fake_backends(["192.0.2.11", "192.0.2.12", "192.0.2.13"])
     # test runs come in on loopback (ifindex 1): backends "behind" it are reached by XDP_TX
@@ -140,7 +140,7 @@ def test_ipv6_udp_vip_and_weights():
     from scapy.layers.inet6 import IPv6, IPv6ExtHdrDestOpt
     from scapy.layers.l2 import Ether
 
-    from ebpfkit.xdp.lb import Backend, load_lb, parse_vip
+    from ebpfkit.tools.xdp.lb import Backend, load_lb, parse_vip
 
     backends = [Backend(ipaddress.ip_address("2001:db8::11"), 1, "02:00:00:00:01:01", "02:00:00:00:00:aa", 1),
                 Backend(ipaddress.ip_address("2001:db8::12"), 3, "02:00:00:00:01:02", "02:00:00:00:00:aa", 1)]
@@ -170,7 +170,7 @@ def test_flow_cache_keeps_flows_and_removal_moves_only_its_own():
     from scapy.layers.inet import IP, TCP
     from scapy.layers.l2 import Ether
 
-    from ebpfkit.xdp.lb import load_lb, parse_vip
+    from ebpfkit.tools.xdp.lb import load_lb, parse_vip
 
     backends = _fake_backends([f"192.0.2.{i}" for i in range(11, 16)])
     obj, tables = load_lb(parse_vip(f"{VIP}:{PORT}"), backends, xdp_ifindex=1)

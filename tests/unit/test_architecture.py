@@ -17,7 +17,8 @@ from ebpfkit.tools import TOOLS
 PACKAGE = Path(ebpfkit.__file__).parent
 ROOT = PACKAGE.parent
 # top-level packages that serve every tool (vm/ is the VM harness the pytest plugin uses too;
-# its tool is ebpfkit/tools/vm.py); any other ebpfkit/<name>/ named like a tool belongs to it
+# its tool is ebpfkit/tools/vm/); every tool is a package ebpfkit/tools/<tool>/, and the modules
+# of ebpfkit/tools/ itself (the registry, common CLI plumbing) serve them all
 SHARED_LAYERS = {"engine", "output", "net", "sysinfo", "policy", "vm", "programs"}
 CLI_ENTRY = {"ebpfkit.cli", "ebpfkit.__main__"}
 PRINT_CALLS = {"print", "click.echo", "click.secho"}
@@ -26,7 +27,7 @@ STD_STREAMS = {"stdout", "stderr"}
 
 @dataclass(frozen=True)
 class Module:
-    name: str  # dotted, e.g. ebpfkit.tools.xdp
+    name: str  # dotted, e.g. ebpfkit.tools.xdp.cli
     path: Path
     tree: ast.Module
 
@@ -99,14 +100,8 @@ def _fail_with(offences: list[str], rule: str) -> None:
 # --- tools ---
 
 def _tool_prefixes() -> dict[str, tuple[str, ...]]:
-    """Each registered tool's modules: its command module and, if there is one, its package."""
-    tools = {}
-    for name, info in TOOLS.items():
-        prefixes = [info.module]
-        if name not in SHARED_LAYERS and (PACKAGE / name / "__init__.py").exists():
-            prefixes.append(f"ebpfkit.{name}")
-        tools[name] = tuple(prefixes)
-    return tools
+    """Each registered tool's modules: its package, ebpfkit/tools/<tool>/."""
+    return {name: (f"ebpfkit.tools.{name}",) for name in TOOLS}
 
 
 TOOL_PREFIXES = _tool_prefixes()
@@ -124,8 +119,12 @@ def test_the_walk_sees_the_tools_and_layers():
     names = {m.name for m in MODULES}
     for info in TOOLS.values():
         assert info.module in names, f"registry names {info.module}, which is not in {PACKAGE}"
-    for package in ("guard", "xdp", "sockmap", "iotrace"):
-        assert f"ebpfkit.{package}" in TOOL_PREFIXES[package]
+    for name, info in TOOLS.items():
+        assert _under(info.module, f"ebpfkit.tools.{name}"), f"{info.module} is outside its package"
+        assert (PACKAGE / "tools" / name / "__init__.py").exists(), f"tool {name} is not a package"
+    strays = sorted(p.name for p in PACKAGE.iterdir()
+                    if (p / "__init__.py").exists() and p.name not in SHARED_LAYERS | {"tools"})
+    assert not strays, f"packages outside ebpfkit/tools/ that are neither tool nor layer: {strays}"
     assert "ebpfkit.engine._libbpf" in names
     for layer in SHARED_LAYERS - {"programs"}:
         assert f"ebpfkit.{layer}" in names, f"shared layer ebpfkit/{layer} is gone: update SHARED_LAYERS"

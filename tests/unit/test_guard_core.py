@@ -8,7 +8,7 @@ from pathlib import Path
 
 
 from ebpfkit.cli import cli
-from ebpfkit.guard import agent, core, logfile
+from ebpfkit.tools.guard import agent, core, logfile
 from ebpfkit.sysinfo.devices import kernel_dev_of_stat
 from ebpfkit.sysinfo.mounts import Mount, MountTable
 from ebpfkit.output.errors import invoke_cli
@@ -143,9 +143,9 @@ def test_self_rules(tmp_path):
 
 
 def test_event_layout_matches_header():
-    # struct guard_event in programs/guard.h: 3 u64, 8 u32/s32, comm[16], name[128]
+    # struct guard_event in guard.h: 3 u64, 8 u32/s32, comm[16], name[128]
     assert agent.EVENT.size == 8 * 3 + 4 * 8 + 16 + 128
-    header = (Path(core.__file__).parents[1] / "programs" / "guard.h").read_text()
+    header = (Path(core.__file__).parent / "guard.h").read_text()
     assert "__u32 bpf_cmd;" in header and "__u32 obj_id;" in header
     assert f"#define GUARD_FILTER_BITS {core.FILTER_BITS}" in header
     assert f"#define GUARD_FILTER_MULT {core.FILTER_MULT:#X}ULL".replace("0X", "0x") in header

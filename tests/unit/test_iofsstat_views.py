@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from ebpfkit.cli import cli
 from ebpfkit.output import MAX_TABLE_WIDTH, Output, OutputSettings
 from ebpfkit.tools import TOOLS
-from ebpfkit.tools.iofsstat import (SORT_KEYS, Interval, decode_path, display_tables, file_label,
+from ebpfkit.tools.iofsstat.cli import (SORT_KEYS, Interval, decode_path, display_tables, file_label,
                                     human_rate, show, sort_rows)
 
 
@@ -112,6 +112,6 @@ def test_bad_input_is_a_usage_error(args, message):
 
 def test_registered_with_both_hooks():
     info = TOOLS["iofsstat"]
-    assert info.module == "ebpfkit.tools.iofsstat"
+    assert info.module == "ebpfkit.tools.iofsstat.cli"
     assert [needs for _, needs in info.hooks] == [("btf", "kernel_btf", "fexit", "tracepoint", "lockdown"),
                                                   ("btf", "tracepoint", "lockdown")]

@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from ebpfkit.iotrace import devices
-from ebpfkit.iotrace.fiemap import EXTENT_LAST, FileTracker, fiemap
+from ebpfkit.tools.iotrace import devices
+from ebpfkit.tools.iotrace.fiemap import EXTENT_LAST, FileTracker, fiemap
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from ebpfkit.cli import cli
-from ebpfkit.iotrace.fileformat import (FORMAT, VERSION, BlockEvent, Device, Extent, FileMap,
+from ebpfkit.tools.iotrace.fileformat import (FORMAT, VERSION, BlockEvent, Device, Extent, FileMap,
                                         RecordFileError, RecordWriter, Syscall, host_identity,
                                         read_recording)
 

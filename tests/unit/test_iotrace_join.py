@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
-from ebpfkit.iotrace.fileformat import BlockEvent, Device, Extent, FileMap, Recording, Syscall
-from ebpfkit.iotrace.join import _mapped, build_requests, join, op_of_rwbs, sector_ranges
+from ebpfkit.tools.iotrace.fileformat import BlockEvent, Device, Extent, FileMap, Recording, Syscall
+from ebpfkit.tools.iotrace.join import _mapped, build_requests, join, op_of_rwbs, sector_ranges
 
 DISK = "7:0"
 

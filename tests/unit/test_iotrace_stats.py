@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from ebpfkit.iotrace import stats
-from ebpfkit.iotrace.fileformat import BlockEvent, Device, Extent, FileMap, Recording, Syscall
-from ebpfkit.iotrace.join import join
+from ebpfkit.tools.iotrace import stats
+from ebpfkit.tools.iotrace.fileformat import BlockEvent, Device, Extent, FileMap, Recording, Syscall
+from ebpfkit.tools.iotrace.join import join
 
 DISK = "7:0"
 
@@ -77,7 +77,7 @@ def test_report_command_on_a_written_file(tmp_path):
     from click.testing import CliRunner
 
     from ebpfkit.cli import cli
-    from ebpfkit.iotrace.fileformat import RecordWriter
+    from ebpfkit.tools.iotrace.fileformat import RecordWriter
 
     rec = _rec()
     path = tmp_path / "r.iot"

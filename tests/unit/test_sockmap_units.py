@@ -13,13 +13,13 @@ import pytest
 from click.testing import CliRunner
 
 from ebpfkit.cli import cli
-from ebpfkit.sockmap import Options, SockmapUsageError, resolve_cgroup
-from ebpfkit.sockmap import maps as M
+from ebpfkit.tools.sockmap import Options, SockmapUsageError, resolve_cgroup
+from ebpfkit.tools.sockmap import maps as M
 from ebpfkit.sysinfo.mounts import MountTable
-from ebpfkit.sockmap.regression import release_affected
+from ebpfkit.tools.sockmap.regression import release_affected
 from ebpfkit.tools import TOOLS
 
-HEADER = Path(__file__).resolve().parents[2] / "ebpfkit" / "programs" / "sockmap.h"
+HEADER = Path(__file__).resolve().parents[2] / "ebpfkit" / "tools" / "sockmap" / "sockmap.h"
 
 
 def _c_struct_size(name: str) -> int:
@@ -97,7 +97,7 @@ def test_options_are_checked():
 
 
 def test_registry_and_help_list_the_subcommands():
-    assert TOOLS["sockmap"].module == "ebpfkit.tools.sockmap"
+    assert TOOLS["sockmap"].module == "ebpfkit.tools.sockmap.cli"
     result = CliRunner().invoke(cli, ["sockmap", "--help"])
     assert result.exit_code == 0
     for sub in ("enable", "disable", "status", "run", "bench"):
@@ -113,7 +113,7 @@ def test_bad_port_is_a_usage_error():
 
 
 def test_status_table_rows():
-    from ebpfkit.tools.sockmap import status_table
+    from ebpfkit.tools.sockmap.cli import status_table
 
     record = {"cgroup": "/sys/fs/cgroup/unified/web", "ports": [80, 8080], "sockets": 4,
               "msgs_redirected": 10, "bytes_redirected": 1000, "msgs_fallback": 1, "bytes_fallback": 5,
@@ -125,7 +125,7 @@ def test_status_table_rows():
 
 
 def _p50(plain, minimal, ebpfkit, again=None):
-    from ebpfkit.sockmap.bench import AGAIN, Metric
+    from ebpfkit.tools.sockmap.bench import AGAIN, Metric
 
     m = Metric("sockperf p50", "µs", True, 0.8)
     m.samples = {"plain": plain, "minimal": minimal, "ebpfkit": ebpfkit}

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from ebpfkit.xdp.maglev import DEFAULT_SIZE, build_table, is_prime, remapped, shares
+from ebpfkit.tools.xdp.maglev import DEFAULT_SIZE, build_table, is_prime, remapped, shares
 
 
 def _names(n: int) -> list[str]:

@@ -7,7 +7,7 @@ import ipaddress
 
 import pytest
 
-from ebpfkit.xdp.rules import (PORT_PROTOCOLS, Rule, RuleError, check_rules, decode_entries, entries,
+from ebpfkit.tools.xdp.rules import (PORT_PROTOCOLS, Rule, RuleError, check_rules, decode_entries, entries,
                                load_rule_file, parse_cidr, parse_rule, rules_from_flags)
 
 
@@ -146,7 +146,7 @@ def test_a_port_without_protocol_covers_every_protocol_with_ports():
 # --- load balancer parsing ----------------------------------------------------------------------
 
 def test_vip_and_backend_parsing():
-    from ebpfkit.xdp.lb import LbError, parse_backend, parse_vip
+    from ebpfkit.tools.xdp.lb import LbError, parse_backend, parse_vip
 
     assert str(parse_vip("10.0.0.100:80")) == "10.0.0.100:80/tcp"
     assert str(parse_vip("[2001:db8::100]:53/udp")) == "[2001:db8::100]:53/udp"
@@ -162,7 +162,7 @@ def test_vip_and_backend_parsing():
 
 
 def test_flow_hash_is_a_function_of_the_5_tuple():
-    from ebpfkit.xdp.lb import flow_hash
+    from ebpfkit.tools.xdp.lb import flow_hash
 
     a = flow_hash("10.0.0.2", "10.0.0.100", 40000, 80)
     assert a == flow_hash("10.0.0.2", "10.0.0.100", 40000, 80)

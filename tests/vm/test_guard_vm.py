@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ebpfkit.guard import logfile
+from ebpfkit.tools.guard import logfile
 from ebpfkit.sysinfo.devices import kernel_dev_of_stat
 
 pytestmark = pytest.mark.vm(kernel=["6.1", "6.12"], lsm=True, timeout=2700)
@@ -114,7 +114,7 @@ def guard(tmp_path, policy_text, *flags):
 def _debug_dump(g, policy_text):
     """What stat() says vs the keys the guard uses: shown when a test fails. (The maps
     themselves are closed to this untrusted process.)"""
-    from ebpfkit.guard import core
+    from ebpfkit.tools.guard import core
 
     print("status:", g.cli("status", check=False).stdout)
     doc = yaml.safe_load(policy_text)
@@ -443,7 +443,7 @@ def test_io_uring_writes_denied(tmp_path, fs):
 def test_overlayfs(tmp_path, fs):
     """Keys are the inodes the hooks see: the overlay's own (stat() reports another device
     for its files) and, for access around the overlay, the layers' inodes."""
-    from ebpfkit.guard import core
+    from ebpfkit.tools.guard import core
 
     subprocess.run(["modprobe", "overlay"], check=False)
     lower, upper_fs, merged = fs / "lower", tmp_path / "upper", fs / "merged"

@@ -23,11 +23,12 @@ import ebpfkit
 from ebpfkit.engine import compiler, features
 from ebpfkit.engine.btftypes import BTF, Kind
 from ebpfkit.engine.prebuilt import program_sources
-from ebpfkit.guard import logfile
+from ebpfkit.tools.guard import logfile
 
 pytestmark = [pytest.mark.vm(kernel=["6.1", "6.12"], lsm=True, timeout=1200), pytest.mark.host_prebuilt]
 
-PROGRAMS = [src.name for src in program_sources()]
+SOURCES = {src.name: src for src in program_sources()}  # each tool keeps its own
+PROGRAMS = list(SOURCES)
 # the programs that read kernel structs (task_struct, file, inode, ...) through CO-RE
 READS_KERNEL_STRUCTS = ["runqlat.bpf.c", "iofsstat.bpf.c", "iotrace.bpf.c", "guard.bpf.c"]
 GUARD_PINS = "/sys/fs/bpf/ebpfkit/guard"
@@ -45,7 +46,7 @@ def no_clang():
 
 
 def from_prebuilt(program: str):
-    spec = ebpfkit.compile(program)
+    spec = ebpfkit.compile(SOURCES[program])
     assert spec.path == compiler.prebuilt_object(program), spec.path  # loaded, not compiled
     return spec
 
@@ -54,7 +55,7 @@ def from_prebuilt(program: str):
 def test_every_object_loads_and_every_program_attaches(program, every_program):
     spec = from_prebuilt(program)
     if program == "guard.bpf.c":
-        from ebpfkit.guard.agent import match_kernel
+        from ebpfkit.tools.guard.agent import match_kernel
 
         match_kernel(spec)  # one of its two inode_setattr programs, the one for this kernel
     obj, links, refused = every_program(spec)

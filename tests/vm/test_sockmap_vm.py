@@ -22,7 +22,7 @@ import threading
 
 import pytest
 
-from ebpfkit import sockmap
+from ebpfkit.tools import sockmap
 from ebpfkit.engine import pinned
 from ebpfkit.engine.constants import LinkType
 from ebpfkit.engine.features import has_kernel_function

@@ -1,0 +1,1 @@
+"""doctor: what this kernel allows, feature by feature and tool by tool."""

@@ -1,0 +1,1 @@
+"""iofsstat: file IO per process and file, next to disk IO."""

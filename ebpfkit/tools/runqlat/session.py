@@ -1,0 +1,92 @@
+"""runqlat's session: load runqlat.bpf.c, attach it, and hand out the run-queue latency
+histograms gathered since the last sample. No click, no printing, no formats: the CLI,
+the exporter and a notebook all read it the same way::
+
+    from ebpfkit.tools import runqlat
+    with runqlat.open(per_process=True) as session:
+        time.sleep(1)
+        for hist in session.sample():      # Log2Histogram, one per process
+            print(hist.label, hist.total)
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from ...histogram import Log2Histogram
+from ..config import ToolConfig, check_pid
+
+PROGRAM = os.path.join(os.path.dirname(__file__), "runqlat.bpf.c")
+TYPED_HOOK = "tp_btf sched_wakeup/sched_switch"
+RAW_HOOK = "raw tracepoints sched_wakeup/sched_switch"
+
+
+@dataclass(frozen=True)
+class Config(ToolConfig):
+    milliseconds: bool = False  # histogram buckets in ms (default µs)
+    per_process: bool = False   # one histogram per process
+    pid: int | None = None      # only this process (thread group)
+
+    def validate(self) -> None:
+        check_pid("pid", self.pid)
+
+    @property
+    def unit(self) -> str:
+        return "msecs" if self.milliseconds else "usecs"
+
+
+class Session:
+    """Loaded and attached until ``close()`` (or the end of a ``with``)."""
+
+    def __init__(self, config: Config):
+        from ...engine import compile as compile_bpf
+
+        self.config = config
+        spec = compile_bpf(PROGRAM)
+        self.hook = _choose_hook(spec)
+        spec.rodata.update({"targ_ms": config.milliseconds, "targ_per_process": config.per_process,
+                            "targ_tgid": config.pid or 0})
+        self._obj = spec.load()
+        try:
+            self._obj.attach()
+        except BaseException:
+            self._obj.close()
+            raise
+        self._hists = self._obj.maps["hists"]
+
+    def sample(self) -> list[Log2Histogram]:
+        """The waits since the last sample (the map is drained), one histogram per process
+        (sorted by PID) with ``per_process``, else one; never an empty list."""
+        result = []
+        for key, value in sorted(self._hists.pop_all(), key=lambda kv: kv[0]):
+            label = f"pid = {key} {value.comm}" if self.config.per_process else None
+            result.append(Log2Histogram.from_counts(list(value.slots), unit=self.config.unit, label=label))
+        return result or [Log2Histogram.from_counts([], unit=self.config.unit)]
+
+    def close(self) -> None:
+        self._obj.close()
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def open(config: Config | None = None, **settings) -> Session:  # noqa: A001 - the session verb
+    """Start tracing with ``config``, or with a Config built from keyword arguments."""
+    if config is not None and settings:
+        raise TypeError("open() takes a Config or keyword settings, not both")
+    return Session(config if config is not None else Config(**settings))
+
+
+def _choose_hook(spec) -> str:
+    """tp_btf where the kernel has BTF of its own (its arguments typed, no copies), else raw
+    tracepoints, which need only CO-RE: a --btf file serves them."""
+    from ...engine import features
+
+    typed = features.probe("kernel_btf").supported
+    for prog in spec.programs.values():
+        prog.autoload = prog.section.startswith("tp_btf/") == typed
+    return TYPED_HOOK if typed else RAW_HOOK

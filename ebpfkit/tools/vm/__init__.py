@@ -1,0 +1,1 @@
+"""vm: boot another kernel under QEMU and run a command or tests inside (the harness is ebpfkit.vm)."""

@@ -1,0 +1,68 @@
+"""The maps of one XDP program as a set: the live object's (duplicated fds, so they outlive
+it) or those pinned in its directory by an earlier command. A program's tables class names
+its maps; opening is all or nothing."""
+
+from __future__ import annotations
+
+import os
+
+from ...engine.pinned import FdMap
+from ...errors import EbpfkitError
+from . import pins
+
+
+class Tables:
+    MAP_NAMES: tuple[str, ...] = ()
+    KIND = "XDP program"  # what the maps belong to, for messages
+    COMMAND = ""          # its `ebpfkit xdp` subcommand, for hints
+
+    def __init__(self, maps: dict[str, FdMap], path: str | None = None):
+        missing = [n for n in self.MAP_NAMES if n not in maps]
+        if missing:
+            for m in maps.values():
+                m.close()
+            raise EbpfkitError(f"{path or 'object'} is not an ebpfkit {self.KIND} (no map {missing[0]})")
+        self.maps, self.path = maps, path
+
+    @classmethod
+    def of_object(cls, obj, **extra):
+        return cls({n: FdMap.of(obj.maps[n]) for n in cls.MAP_NAMES}, **extra)
+
+    @classmethod
+    def open_dir(cls, path: str, **extra):
+        maps = {}
+        try:
+            for n in cls.MAP_NAMES:
+                if os.path.exists(os.path.join(path, n)):
+                    maps[n] = FdMap.open_pinned(os.path.join(path, n))
+        except BaseException:
+            for m in maps.values():
+                m.close()
+            raise
+        return cls(maps, path, **extra)
+
+    @classmethod
+    def open_attached(cls, iface_name: str, netns: str | None = None):
+        """The tables of the program another process attached to the interface."""
+        path = pins.pin_dir(iface_name, netns)
+        if not os.path.isdir(path):
+            iface = pins.lookup_iface(iface_name, netns)  # a clearer error if the iface is wrong
+            raise pins.NotAttachedError(f"no ebpfkit {cls.KIND} is attached to {iface.where} "
+                                        f"(nothing pinned at {path})",
+                                        hint=f"attach one with `ebpfkit xdp {cls.COMMAND} attach`")
+        return cls.open_dir(path, **cls.context(netns))
+
+    @classmethod
+    def context(cls, netns: str | None) -> dict:
+        """Constructor arguments that depend on the interface's namespace."""
+        return {}
+
+    def close(self) -> None:
+        for m in self.maps.values():
+            m.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
