@@ -20,7 +20,8 @@ import time
 
 import pytest
 
-from ebpfkit.net import ChildCgroup, NetNS, cgroup2_mount, create_veth, delete_veth
+from ebpfkit.net import ChildCgroup, NetNS, create_veth, delete_veth
+from ebpfkit.sysinfo.cgroups import cgroup2_mount
 
 # tests/helpers.py is shared by every test directory: put tests/ on the path whatever the import mode
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -110,9 +111,8 @@ def _root_veths() -> set[str]:
 
 
 def _ebpfkit_cgroups() -> set[str]:
-    try:
-        top = cgroup2_mount()
-    except Exception:
+    top = cgroup2_mount()
+    if top is None:
         return set()
     return {root for root, _, _ in os.walk(top) if os.path.basename(root).startswith("ebpfkit-")}
 

@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..errors import EbpfkitError, NotSupportedError, PermissionDeniedError
+from ..sysinfo.cgroups import cgroup2_mount
+from ..sysinfo.mounts import MountTable
 from . import _libbpf as L
 from . import mounts, perf
 from .btf import BTF_ENV, BTF_SOURCES_HINT, KERNEL_BTF, check_btf_file, kernel_btf_exposed, user_btf_path
@@ -350,23 +352,15 @@ def libbpf_version() -> str:
     return "%d.%d" % L.version()
 
 
-def _mount_points(fstype: str) -> list[str]:
-    try:
-        with open("/proc/self/mounts") as f:
-            return [p[1] for p in (line.split() for line in f) if len(p) > 2 and p[2] == fstype]
-    except OSError:
-        return []
-
-
 def mounted_bpffs() -> str | None:
     """Where bpffs is mounted (preferring /sys/fs/bpf), or None. Not cached: mounts change."""
-    points = _mount_points("bpf")
+    points = MountTable().points("bpf")
     return mounts.BPFFS if mounts.BPFFS in points else (points[0] if points else None)
 
 
 def mounted_tracefs() -> str | None:
     """The tracing directory if tracefs (or debugfs/tracing) is mounted, else None."""
-    points = _mount_points("tracefs")
+    points = MountTable().points("tracefs")
     if mounts.TRACEFS in points:
         return mounts.TRACEFS
     if points:
@@ -388,7 +382,7 @@ def _filesystem_known(fstype: str) -> bool:
 def _securityfs() -> dict:
     """The 'lockdown' and 'lsm' files of securityfs, mounting it on a private temporary
     directory for the read if it is not mounted (and unmounting it again)."""
-    points = _mount_points("securityfs")
+    points = MountTable().points("securityfs")
     if points:
         return _read_security_files(points[0])
     if not _is_root():
@@ -919,48 +913,17 @@ def _probe_perf_event():
 
 # --- networking: XDP and tc on a veth pair inside a throwaway network namespace ----------
 
-_CLONE_NEWNET = 0x40000000
 _XDP_PASS, _TCX_NEXT = 2, -1
 
 
 def _in_fresh_netns(work: Callable[[int], dict]) -> dict:
-    """Run ``work(ifindex of a veth)`` in a worker thread that alone enters a new network
-    namespace (namespaces are per thread); the namespace dies with that thread."""
-    result: dict = {}
+    """Run ``work(ifindex of a veth)`` inside a throwaway network namespace (a thread of its
+    own enters it), which is deleted with the veth pair afterwards."""
+    from ..net import NetNS, create_veth
 
-    def thread_main():
-        try:
-            result.update(_netns_body(work))
-        except BaseException as exc:  # handed to the caller's thread
-            result["__error__"] = exc
-
-    thread = threading.Thread(target=thread_main, name="ebpfkit-netns-probe", daemon=True)
-    thread.start()
-    thread.join()
-    if "__error__" in result:
-        raise result["__error__"]
-    return result
-
-
-def _netns_body(work: Callable[[int], dict]) -> dict:
-    from pyroute2 import IPRoute
-
-    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
-    try:
-        if L.libc.unshare(_CLONE_NEWNET) != 0:
-            raise _Failed("unshare", L.errno(), reason="cannot create a network namespace")
-        try:
-            with IPRoute() as ipr:
-                ipr.link("add", ifname="ebpfkit0", kind="veth", peer="ebpfkit1")
-                ifindex = ipr.link_lookup(ifname="ebpfkit0")[0]
-                try:
-                    return work(ifindex)
-                finally:
-                    ipr.link("del", index=ifindex)  # the netns would take it anyway
-        finally:
-            L.libc.setns(home, _CLONE_NEWNET)  # back home; the new netns is freed now
-    finally:
-        os.close(home)
+    with NetNS("probe") as ns:
+        pair = create_veth(ns, names=("ebpfkit0", "ebpfkit1"), addresses=(None, None))
+        return ns.run(work, pair.a.ifindex)
 
 
 def _catch(fn: Callable[[], tuple]) -> tuple | _Failed:
@@ -1041,11 +1004,6 @@ for _name, _label in [("xdp_native", "XDP (native, veth driver)"), ("xdp_generic
 
 # --- cgroup hooks on a child cgroup we create, and sk_msg on a SOCKHASH -----------------
 
-def _cgroup2_root() -> str | None:
-    points = _mount_points("cgroup2")
-    return points[0] if points else None
-
-
 def _cgroup_attach(cgfd: int, prog_type: ProgType, attach_type: AttachType, ret: int) -> tuple:
     with contextlib.ExitStack() as stack:
         prog = _loaded(stack, prog_type, ret=ret, expected_attach_type=attach_type)
@@ -1055,7 +1013,7 @@ def _cgroup_attach(cgfd: int, prog_type: ProgType, attach_type: AttachType, ret:
 
 @functools.cache
 def _cgroup_group() -> dict:
-    root = _cgroup2_root()
+    root = cgroup2_mount()
     if root is None:
         return {"__error__": _Failed("find", 0, reason="no cgroup v2 mounted")}
     path = os.path.join(root, f"{CGROUP_PREFIX}{os.getpid()}")

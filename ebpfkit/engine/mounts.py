@@ -1,4 +1,5 @@
-"""Pseudo-filesystems the engine needs: bpffs for pins, tracefs for tracepoints.
+"""Pseudo-filesystems the engine needs, mounted on demand: bpffs for pins, tracefs for
+tracepoints (what is mounted is read through ``ebpfkit.sysinfo.mounts``).
 
 They are not mounted at boot on every machine; root can mount them on demand.
 """
@@ -8,6 +9,7 @@ from __future__ import annotations
 import os
 
 from ..errors import NotSupportedError, PermissionDeniedError
+from ..sysinfo.mounts import MountTable
 from ._log import get_logger
 
 log = get_logger("ebpfkit.engine.mounts")
@@ -20,11 +22,7 @@ PIN_ROOT = BPFFS + "/ebpfkit"
 
 
 def mounted(path: str, fstype: str) -> bool:
-    try:
-        with open("/proc/self/mounts") as f:
-            return any(line.split()[1] == path and line.split()[2] == fstype for line in f)
-    except OSError:
-        return False
+    return MountTable().has(path, fstype)
 
 
 def mount(fstype: str, path: str) -> None:

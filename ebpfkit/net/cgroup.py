@@ -1,7 +1,7 @@
 """Child cgroups (v2) to attach sockops / sk_msg / cgroup_skb programs to, never the root.
 
 Where cgroup2 is mounted differs (``/sys/fs/cgroup`` unified, ``/sys/fs/cgroup/unified`` hybrid),
-so it is read from /proc/mounts. A socket belongs to the cgroup of the process that created
+so ``ebpfkit.sysinfo.cgroups`` finds it in the mount table. A socket belongs to the cgroup of the process that created
 it, so the traffic a test wants seen must come from sockets made inside the child cgroup:
 ``ChildCgroup.entered()`` moves this process in for a ``with`` block, ``run()`` starts a
 command inside.
@@ -14,28 +14,7 @@ import os
 import subprocess
 import time
 
-from ..errors import NotSupportedError
-
-
-def cgroup2_mount() -> str:
-    """The mount point of the cgroup v2 hierarchy."""
-    with open("/proc/mounts") as f:
-        for line in f:
-            fields = line.split()
-            if len(fields) > 2 and fields[2] == "cgroup2":
-                return fields[1].replace("\\040", " ")
-    raise NotSupportedError("cgroup2", "no cgroup v2 hierarchy is mounted",
-                            hint="mount -t cgroup2 none /sys/fs/cgroup/unified")
-
-
-def current_cgroup(pid: int | str = "self") -> str:
-    """Path of ``pid``'s cgroup v2 directory (the ``0::`` line of /proc/<pid>/cgroup)."""
-    with open(f"/proc/{pid}/cgroup") as f:
-        for line in f:
-            if line.startswith("0::"):
-                rel = line[3:].strip().split(" (deleted)")[0]
-                return os.path.normpath(os.path.join(cgroup2_mount(), rel.lstrip("/")))
-    raise NotSupportedError("cgroup2", f"process {pid} is in no cgroup v2 hierarchy")
+from ..sysinfo.cgroups import process_cgroup, require_cgroup2
 
 
 def _procs(path: str) -> list[int]:
@@ -76,7 +55,7 @@ class ChildCgroup:
     processes back to the parent) on exit."""
 
     def __init__(self, purpose: str = "test", parent: str | None = None):
-        self.parent = parent or cgroup2_mount()
+        self.parent = parent or require_cgroup2()
         self.name = f"ebpfkit-{purpose}-{os.getpid()}"
         self.path = os.path.join(self.parent, self.name)
         self.created = False
@@ -101,7 +80,7 @@ class ChildCgroup:
     def entered(self):
         """Move this whole process in for the ``with`` block, then back where it was.
         (cgroup v2 moves processes, not single threads, outside threaded cgroups.)"""
-        home = current_cgroup()
+        home = process_cgroup()
         move_process(os.getpid(), self.path)
         try:
             yield self

@@ -8,7 +8,7 @@ in that namespace after the thread ends, so they can be used from any thread aft
 
 from __future__ import annotations
 
-import ctypes
+import contextlib
 import itertools
 import os
 import threading
@@ -16,12 +16,18 @@ import threading
 from pyroute2 import IPRoute
 from pyroute2 import netns as _pr_netns
 
-NETNS_DIR = "/run/netns"
-CLONE_NEWNET = 0x40000000
+from ..errors import EbpfkitError
+
+NETNS_DIR = _pr_netns.NETNS_RUN_DIR  # where `ip netns` and pyroute2 name namespaces
 
 _counter = itertools.count()
 _counter_lock = threading.Lock()
-_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class NoSuchNetnsError(EbpfkitError, FileNotFoundError):
+    """A network namespace named on the command line does not exist: a usage error."""
+
+    exit_code = 2
 
 
 def unique_name(purpose: str = "test") -> str:
@@ -35,31 +41,46 @@ def list_netns() -> list[str]:
     return sorted(_pr_netns.listnetns())
 
 
-def _setns(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        if _libc.setns(fd, CLONE_NEWNET) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"setns({path}): {os.strerror(err)}")
-    finally:
-        os.close(fd)
-
-
-def _ns_path(name: str) -> str:
+def netns_path(name: str) -> str:
+    """The file of namespace ``name`` (a name under /run/netns, or a path)."""
     return name if "/" in name else os.path.join(NETNS_DIR, name)
+
+
+def iproute(netns: str | None = None) -> IPRoute:
+    """An IPRoute in namespace ``netns`` (None: the caller's); NoSuchNetnsError if there is
+    no such namespace (it is never created implicitly)."""
+    if netns is None:
+        return IPRoute()
+    if not os.path.exists(netns_path(netns)):
+        raise NoSuchNetnsError(f"no network namespace '{netns}' (see `ip netns list`)")
+    return IPRoute(netns=netns, flags=0)
+
+
+def netns_label() -> str | None:
+    """Which network namespace this thread is in: None for the initial one, else its name
+    under /run/netns, else ``netns-<inode>`` (unnamed)."""
+    own = os.stat("/proc/thread-self/ns/net").st_ino
+    with contextlib.suppress(OSError):
+        if own == os.stat("/proc/1/ns/net").st_ino:
+            return None
+    for name in list_netns():
+        with contextlib.suppress(OSError):
+            if os.stat(netns_path(name)).st_ino == own:
+                return name
+    return f"netns-{own}"
 
 
 def in_netns(name: str, fn, *args, **kwargs):
     """Run ``fn(*args, **kwargs)`` in a worker thread that has entered netns ``name``;
     return its result or re-raise its exception. The caller's namespace is untouched."""
-    path = _ns_path(name)
+    path = netns_path(name)
     if not os.path.exists(path):
         raise FileNotFoundError(f"no network namespace {name} ({path})")
     box: dict = {}
 
     def worker():
         try:
-            _setns(path)
+            _pr_netns.setns(path, flags=0)  # this thread only; flags=0: never create it
             box["result"] = fn(*args, **kwargs)
         except BaseException as exc:  # handed back to the caller
             box["error"] = exc
@@ -85,7 +106,7 @@ class NetNS:
 
     @property
     def path(self) -> str:
-        return _ns_path(self.name)
+        return netns_path(self.name)
 
     def create(self) -> "NetNS":
         _pr_netns.create(self.name)

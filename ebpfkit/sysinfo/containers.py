@@ -10,7 +10,8 @@ Container engines name a container's cgroup after its 64-hex id:
     other systemd scopes      /.../<engine>-<id>.scope
 
 BPF programs see a cgroup by its id (``bpf_get_current_cgroup_id()``), which is the inode
-number of the cgroup's directory: ``CgroupPaths`` turns ids back into paths.
+number of the cgroup's directory: ``CgroupPaths`` turns ids back into paths (through
+``sysinfo.cgroups``, cached for a stream of events).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+
+from .cgroups import cgroup2_mount, walk_cgroups
 
 SHORT_ID = 12  # as `docker ps` shows ids
 
@@ -63,20 +66,6 @@ def _bare_runtime(ancestors: list[str]) -> str:
     return "container"
 
 
-def cgroup2_mount(mounts: str = "/proc/mounts") -> str | None:
-    """Where the cgroup v2 hierarchy is mounted (/sys/fs/cgroup, or .../unified on hybrid
-    systems); None without one."""
-    try:
-        with open(mounts) as f:
-            for line in f:
-                fields = line.split()
-                if len(fields) > 2 and fields[2] == "cgroup2":
-                    return fields[1].replace("\\040", " ")
-    except OSError:
-        pass
-    return None
-
-
 class CgroupPaths:
     """cgroup id -> path relative to the cgroup2 root ("/system.slice/docker-<id>.scope").
 
@@ -105,13 +94,9 @@ class CgroupPaths:
         self._walked = True
         if not self.root:
             return
-        for directory, _, _ in os.walk(self.root):
-            try:
-                ino = os.stat(directory).st_ino
-            except OSError:
-                continue  # removed while we walked
+        for cid, directory in walk_cgroups(self.root):
             rel = os.path.relpath(directory, self.root)
-            self._paths[ino] = "/" if rel == "." else "/" + rel
+            self._paths[cid] = "/" if rel == "." else "/" + rel
 
     def ids_of_container(self, container_id: str) -> set[int]:
         """Ids of the cgroups of containers whose id starts with ``container_id`` (and of

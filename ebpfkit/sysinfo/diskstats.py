@@ -1,5 +1,5 @@
-"""Block devices: /proc/diskstats counters, per-interval rates computed as iostat does, and
-device names from device numbers.
+"""Block devices' /proc/diskstats counters, and per-interval rates computed as iostat does
+(names and numbers of devices: ``sysinfo.devices``).
 
     before = read_diskstats()
     ...
@@ -8,13 +8,10 @@ device names from device numbers.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, fields
 
 SECTOR = 512  # /proc/diskstats counts 512-byte sectors whatever the device's block size
 DISKSTATS = "/proc/diskstats"
-SYS_BLOCK = "/sys/block"
-SYS_DEV_BLOCK = "/sys/dev/block"
 
 
 @dataclass(frozen=True)
@@ -114,54 +111,3 @@ def _delta(before: DiskCounters, after: DiskCounters) -> dict[str, int]:
 
 def _ratio(total: float, count: int) -> float:
     return total / count if count else 0.0
-
-
-# --- names and numbers ---------------------------------------------------------------
-
-def whole_disks(sys_block: str = SYS_BLOCK) -> set[str]:
-    """Names of whole disks (no partitions), as /sys/block lists them."""
-    try:
-        return set(os.listdir(sys_block))
-    except OSError:
-        return set()
-
-
-def disk_devices(name: str, sys_block: str = SYS_BLOCK) -> set[tuple[int, int]]:
-    """(major, minor) of disk ``name`` and of its partitions; empty if there is no such disk."""
-    base = os.path.join(sys_block, name)
-    found = set()
-    for directory in [base] + _partition_dirs(base):
-        number = _read_dev(os.path.join(directory, "dev"))
-        if number:
-            found.add(number)
-    return found
-
-
-def _partition_dirs(base: str) -> list[str]:
-    try:
-        entries = os.listdir(base)
-    except OSError:
-        return []
-    return [os.path.join(base, e) for e in entries if os.path.exists(os.path.join(base, e, "partition"))]
-
-
-def _read_dev(path: str) -> tuple[int, int] | None:
-    try:
-        with open(path) as f:
-            major, minor = f.read().strip().split(":")
-        return int(major), int(minor)
-    except (OSError, ValueError):
-        return None
-
-
-def device_name(major: int, minor: int, sys_dev_block: str = SYS_DEV_BLOCK) -> str:
-    """``sda1`` for 8:1; "major:minor" for devices that are no block device (tmpfs, proc, ...)."""
-    try:
-        return os.path.basename(os.readlink(os.path.join(sys_dev_block, f"{major}:{minor}")))
-    except OSError:
-        return f"{major}:{minor}"
-
-
-def kernel_dev(dev: int) -> tuple[int, int]:
-    """(major, minor) of a kernel-internal dev_t (major << 20 | minor), as BPF programs see it."""
-    return dev >> 20, dev & 0xFFFFF

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 
+from .devices import decode_user_dev
+
 
 def fd_paths(pid: int) -> dict[tuple[int, int, int], str]:
     """(major, minor, inode) -> path of every file process ``pid`` has open (empty if the
@@ -23,5 +25,5 @@ def fd_paths(pid: int) -> dict[tuple[int, int, int], str]:
         except OSError:
             continue  # closed meanwhile
         if target.startswith("/"):  # not "pipe:[..]", "socket:[..]", "anon_inode:..."
-            found[(os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)] = target
+            found[(*decode_user_dev(st.st_dev), st.st_ino)] = target
     return found

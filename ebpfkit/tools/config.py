@@ -74,6 +74,18 @@ def check_pid(name: str, pid: int | None) -> None:
         raise ConfigError(name, f"no process with PID {pid}")
 
 
+def check_disk(name: str, disk: str | None):
+    """``disk``, when given, names a disk or partition: its ``sysinfo.devices.Disk``."""
+    from ..sysinfo.devices import UnknownDiskError, resolve_disk
+
+    if disk is None:
+        return None
+    try:
+        return resolve_disk(disk)
+    except UnknownDiskError as exc:
+        raise ConfigError(name, str(exc)) from None
+
+
 def check_positive(name: str, value: float | None) -> None:
     if value is not None and value <= 0:
         raise ConfigError(name, f"must be greater than 0, got {value}")

@@ -30,6 +30,7 @@ import pytest
 import yaml
 
 from ebpfkit.tools.guard import logfile
+from ebpfkit.sysinfo.devices import kernel_dev_of_stat
 
 pytestmark = pytest.mark.vm(kernel=["6.1", "6.12"], lsm=True, timeout=2700)
 
@@ -463,7 +464,7 @@ def test_overlayfs(tmp_path, fs):
         try:
             lfile, ufile, ldir = merged / "lfile", merged / "ufile", merged / "ldir"
             for p in (lfile, ufile):  # what made stat()-based keys miss
-                assert core.kernel_dev(os.stat(p).st_dev) != core.key_of(str(p))[0]
+                assert kernel_dev_of_stat(os.stat(p).st_dev) != core.key_of(str(p))[0]
             policy = f"protect: [{lfile}, {ufile}, {ldir}]\ntrust: [{merged / 'tee'}]\n"
             with guard(tmp_path, policy) as g:
                 for target in (lfile, ufile, ldir / "inner"):

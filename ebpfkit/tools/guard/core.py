@@ -33,6 +33,8 @@ from ...engine import features
 from ...engine.pinned import FdMap, PinError, detach_pinned_link, pinned_link_prog_id, prog_exists
 from ...engine.pinset import PinSet
 from ...policy import OPERATIONS, GuardPolicy
+from ...sysinfo.devices import kernel_dev_of_stat
+from ...sysinfo.mounts import Mount, MountTable, unescape
 from . import logfile
 
 TOOL = "guard"
@@ -75,68 +77,14 @@ class GuardError(EbpfkitError):
         self.code = self.exit_code = code
 
 
-def kernel_dev(st_dev: int) -> int:
-    """st_dev (user encoding) -> the kernel's s_dev (MKDEV: major << 20 | minor)."""
-    return (os.major(st_dev) << 20) | os.minor(st_dev)
-
-
 # --- keys as the hooks see them ---------------------------------------------------------
-
-def _unescape(field: str) -> str:
-    """mountinfo escapes space, tab, newline and backslash as \\ooo."""
-    if "\\" not in field:
-        return field
-    out, i = [], 0
-    while i < len(field):
-        if field[i] == "\\" and field[i + 1:i + 4].isdigit():
-            out.append(chr(int(field[i + 1:i + 4], 8)))
-            i += 4
-        else:
-            out.append(field[i])
-            i += 1
-    return "".join(out)
-
-
-class MountTable:
-    """/proc/self/mountinfo by mount id: s_dev (kernel encoding), root, mount point, type,
-    super options. Read once per resolve; read again when an id is missing."""
-
-    def __init__(self, text: str | None = None):
-        self._text = text
-        self.mounts: dict[int, dict] = {}
-        self.refresh()
-
-    def refresh(self) -> None:
-        text = self._text
-        if text is None:
-            try:
-                with open("/proc/self/mountinfo") as f:
-                    text = f.read()
-            except OSError:
-                text = ""
-        self.mounts = {}
-        for line in text.splitlines():
-            left, sep, right = line.partition(" - ")
-            fields, tail = left.split(), right.split()
-            if not sep or len(fields) < 5 or len(tail) < 3:
-                continue
-            major, _, minor = fields[2].partition(":")
-            self.mounts[int(fields[0])] = {
-                "dev": (int(major) << 20) | int(minor), "root": _unescape(fields[3]),
-                "point": _unescape(fields[4]), "fstype": tail[0], "options": tail[2]}
-
-    def get(self, mnt_id: int) -> dict | None:
-        if mnt_id not in self.mounts and self._text is None:
-            self.refresh()
-        return self.mounts.get(mnt_id)
-
 
 def _fdinfo(fd: int) -> dict:
     with open(f"/proc/self/fdinfo/{fd}") as f:
         return dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
 
 
-def _inode_of(path: str, table: MountTable | None) -> tuple[tuple[int, int], dict | None]:
+def _inode_of(path: str, table: MountTable | None) -> tuple[tuple[int, int], Mount | None]:
     """((s_dev, i_ino) of the inode the kernel reaches through ``path``, its mount)."""
     fd = os.open(path, os.O_PATH | os.O_CLOEXEC)  # no file_open hook, no read permission
     try:
@@ -145,12 +93,12 @@ def _inode_of(path: str, table: MountTable | None) -> tuple[tuple[int, int], dic
             ino, mnt_id = int(info["ino"]), int(info["mnt_id"])
         except (OSError, KeyError, ValueError):  # no /proc, or a kernel before 5.14
             st = os.fstat(fd)
-            return (kernel_dev(st.st_dev), st.st_ino), None
-        mount = (table or MountTable()).get(mnt_id)
+            return (kernel_dev_of_stat(st.st_dev), st.st_ino), None
+        mount = (table or MountTable()).by_id(mnt_id)
         if mount is None:
             st = os.fstat(fd)
-            return (kernel_dev(st.st_dev), ino), None
-        return (mount["dev"], ino), mount
+            return (kernel_dev_of_stat(st.st_dev), ino), None
+        return (mount.kernel_dev, ino), mount
     finally:
         os.close(fd)
 
@@ -178,24 +126,24 @@ def _overlay_option(options: str, name: str) -> list[str]:
                 else:
                     cur += value[i]
                 i += 1
-            return [_unescape(p) for p in parts + [cur] if p]
+            return [unescape(p) for p in parts + [cur] if p]
     return []
 
 
-def layer_paths(path: str, mount: dict | None) -> list[str]:
+def layer_paths(path: str, mount: Mount | None) -> list[str]:
     """For ``path`` on an overlayfs mount: the same object in its upper and lower layers
     (those that exist and are not whiteouts). Writing there directly would change what the
     overlay shows; the hooks then see the layer's inode, not the overlay's."""
-    if not mount or mount["fstype"] != "overlay":
+    if not mount or mount.fstype != "overlay":
         return []
     real = os.path.realpath(path)
-    rel = os.path.relpath(real, mount["point"])
+    rel = os.path.relpath(real, mount.point)
     if rel.startswith(".."):
         return []
-    inside = os.path.normpath(os.path.join(mount["root"], rel)).lstrip("/")
+    inside = os.path.normpath(os.path.join(mount.root, rel)).lstrip("/")
     out = []
-    for layer in (_overlay_option(mount["options"], "upperdir")
-                  + _overlay_option(mount["options"], "lowerdir")):
+    for layer in (_overlay_option(mount.super_options, "upperdir")
+                  + _overlay_option(mount.super_options, "lowerdir")):
         candidate = os.path.join(layer, inside) if inside not in ("", ".") else layer
         try:
             st = os.lstat(candidate)

@@ -26,7 +26,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from ...errors import ConfigError
-from ..config import ToolConfig, check_pid
+from ..config import ToolConfig, check_disk, check_pid
 from ..session import ToolSession
 
 HOOK_CHOICES = ("auto", "fexit", "tracepoint")
@@ -42,7 +42,7 @@ class Config(ToolConfig):
     def validate(self) -> None:
         check_pid("pid", self.pid)
         _check_container("container", self.container)
-        _check_disk("disk", self.disk)
+        check_disk("disk", self.disk)
         if self.hook not in HOOK_CHOICES:
             raise ConfigError("hook", f"{self.hook!r} is not one of {', '.join(HOOK_CHOICES)}")
 
@@ -56,13 +56,6 @@ def _check_container(name: str, container: str | None) -> None:
         raise ConfigError(name, f"{container!r} is no container id (hex digits, e.g. the 12 of `docker ps`)")
     if not CgroupPaths().ids_of_container(container):
         raise ConfigError(name, f"no running container's cgroup has an id starting {container!r}")
-
-
-def _check_disk(name: str, disk: str | None) -> None:
-    from ...sysinfo.diskstats import disk_devices
-
-    if disk is not None and not disk_devices(disk):
-        raise ConfigError(name, f"no disk named {disk!r} (see /sys/block)")
 
 
 # How file IO is counted, best first: (feature probe, label, programs). Block IO is always
@@ -103,12 +96,11 @@ class Session(ToolSession):
 
     def __init__(self, config: Config):
         from ...sysinfo.containers import CgroupPaths
-        from ...sysinfo.diskstats import disk_devices
 
         self.config = config
-        self.pid, self.container, self.disk = config.pid, config.container, config.disk
+        self.pid, self.container = config.pid, config.container
+        self.disk = check_disk("disk", config.disk)  # a sysinfo.devices.Disk, or None
         self.cgroups = CgroupPaths()
-        self.disk_devices = disk_devices(self.disk) if self.disk else None
         self._obj = None
         self._paths: OrderedDict[tuple[int, int], str] = OrderedDict()  # complete paths
         self._partial: dict[tuple[int, int], str] = {}  # this interval's incomplete ones
@@ -209,22 +201,23 @@ class Session(ToolSession):
             self._paths.popitem(last=False)
 
     def _path(self, tgid: int, dev: int, ino: int, proc_cache: dict) -> str:
-        from ...sysinfo.diskstats import kernel_dev
+        from ...sysinfo.devices import decode_kernel_dev
         from ...sysinfo.files import fd_paths
 
         path = self._paths.get((dev, ino))
         if path is None:
             if tgid not in proc_cache:
                 proc_cache[tgid] = fd_paths(tgid)
-            path = proc_cache[tgid].get((*kernel_dev(dev), ino)) or self._partial.get((dev, ino))
+            path = proc_cache[tgid].get((*decode_kernel_dev(dev), ino)) or self._partial.get((dev, ino))
         return path or "-"  # closed and gone before we looked, as the source tool shows it
 
     # --- rows ---
 
     def _disk_rows(self, before, after, seconds) -> list[dict]:
-        from ...sysinfo.diskstats import disk_rates, whole_disks
+        from ...sysinfo.devices import whole_disks
+        from ...sysinfo.diskstats import disk_rates
 
-        names = [self.disk] if self.disk else sorted(whole_disks())
+        names = [self.disk.name] if self.disk else sorted(whole_disks())
         rows = []
         for name in names:
             if name not in after:
@@ -241,12 +234,12 @@ class Session(ToolSession):
         return rows
 
     def _bio_rows(self, entries, seconds) -> list[dict]:
-        from ...sysinfo.diskstats import kernel_dev
+        from ...sysinfo.devices import decode_kernel_dev
 
         rows = []
         for key, st in entries:
-            dev = kernel_dev(key.dev)
-            if self.disk_devices is not None and dev not in self.disk_devices:
+            dev = decode_kernel_dev(key.dev)
+            if self.disk and dev not in self.disk.block_devs:
                 continue
             rows.append({"comm": st.comm, "pid": key.tgid, "disk": self._dev_name(dev),
                          "reads": st.reads, "r_bps": _rate(st.read_bytes, seconds),
@@ -256,12 +249,12 @@ class Session(ToolSession):
         return rows
 
     def _file_rows(self, entries, seconds) -> list[dict]:
-        from ...sysinfo.diskstats import kernel_dev
+        from ...sysinfo.devices import decode_kernel_dev, dev_str
 
         rows, proc_cache = [], {}
         for key, st in entries:
-            dev = kernel_dev(key.file.dev)
-            if self.disk_devices is not None and dev not in self.disk_devices:
+            dev = decode_kernel_dev(key.file.dev)
+            if self.disk and dev not in self.disk.file_devs:
                 continue
             rows.append({"comm": st.comm, "pid": key.tgid,
                          "reads": st.reads, "r_bps": _rate(st.read_bytes, seconds),
@@ -270,14 +263,14 @@ class Session(ToolSession):
                          "path": self._path(key.tgid, key.file.dev, key.file.ino, proc_cache),
                          "container": self._container(st.cgroup_id),
                          "read_bytes": st.read_bytes, "write_bytes": st.write_bytes,
-                         "dev": f"{dev[0]}:{dev[1]}"})
+                         "dev": dev_str(dev)})
         return rows
 
     def _dev_name(self, dev: tuple[int, int]) -> str:
-        from ...sysinfo.diskstats import device_name
+        from ...sysinfo.devices import device_name
 
         if dev not in self._dev_names:
-            self._dev_names[dev] = device_name(*dev)
+            self._dev_names[dev] = device_name(dev)
         return self._dev_names[dev]
 
     def _container(self, cgroup_id: int) -> str | None:

@@ -11,6 +11,8 @@ import fcntl
 import os
 import struct
 
+from ...sysinfo.devices import decode_user_dev, dev_str, parse_dev
+from ...sysinfo.mounts import MountTable
 from .fileformat import Extent, FileMap
 
 FS_IOC_FIEMAP = 0xC020660B  # _IOWR('f', 11, struct fiemap)
@@ -95,13 +97,13 @@ class FileTracker:
     def finish(self) -> list[FileMap]:
         """Map every file seen and close the fds."""
         maps = []
-        mounts = _mounts()
+        mounts = MountTable()
         for (dev, ino), seen in self._files.items():
             m = FileMap(dev, ino, seen.path)
             fd, seen.fd = seen.fd, None
             try:
                 if fd is None:
-                    fd = _open_by_handle(mounts.get(dev), ino, seen.gen)
+                    fd = _open_by_handle(_mount_point(mounts, dev), ino, seen.gen)
                     if fd is not None and m.path is None:
                         m.path = os.readlink(f"/proc/self/fd/{fd}")
                 if fd is None:
@@ -134,7 +136,7 @@ class _Seen:
 
 def _same_file(fd: int, dev: str, ino: int) -> bool:
     st = os.fstat(fd)
-    return f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}" == dev and st.st_ino == ino
+    return dev_str(decode_user_dev(st.st_dev)) == dev and st.st_ino == ino
 
 
 def _nofile_limit() -> int:
@@ -143,19 +145,10 @@ def _nofile_limit() -> int:
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
-def _mounts() -> dict[str, str]:
-    """"major:minor" -> a mount point of that filesystem (its root, if mounted whole)."""
-    found: dict[str, str] = {}
-    try:
-        with open("/proc/self/mountinfo") as f:
-            for line in f:
-                fields = line.split()
-                dev, root, point = fields[2], fields[3], fields[4]
-                if dev not in found or root == "/":
-                    found[dev] = point.replace("\\040", " ")
-    except OSError:
-        pass
-    return found
+def _mount_point(table: MountTable, dev: str) -> str | None:
+    """A mount point of the filesystem on "major:minor" (its root, if mounted whole)."""
+    mount = table.of_device(parse_dev(dev))
+    return mount.point if mount else None
 
 
 FILEID_INO32_GEN = 1  # the handle ext4, xfs (32-bit inodes) and others decode: (ino, gen)

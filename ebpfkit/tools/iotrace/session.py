@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ...errors import ConfigError
-from ..config import ToolConfig, check_pid, check_positive
+from ..config import ToolConfig, check_disk, check_pid, check_positive
 from ..session import ToolSession
 
 if TYPE_CHECKING:
@@ -47,17 +47,7 @@ class Config(ToolConfig):
     def validate(self) -> None:
         check_positive("duration", self.duration)
         check_pid("pid", self.pid)
-        if self.disk is not None:
-            _resolve_disk(self.disk)
-
-
-def _resolve_disk(name: str):
-    from .devices import resolve_disk
-
-    try:
-        return resolve_disk(name, limit=_MAX_FS_DEVS)
-    except LookupError as exc:
-        raise ConfigError("disk", str(exc)) from None
+        check_disk("disk", self.disk)
 
 
 @dataclass(frozen=True)
@@ -79,6 +69,7 @@ class Session(ToolSession):
 
     def __init__(self, config: Config):
         from ...engine import compile as compile_bpf
+        from ...sysinfo.devices import encode_kernel_dev
         from .fiemap import FileTracker
 
         self.config = config
@@ -88,10 +79,12 @@ class Session(ToolSession):
         self._counts = {"syscalls": 0, "block_events": 0}
         self._o_direct = getattr(os, "O_DIRECT", 0)
         spec = compile_bpf(PROGRAM)
-        target = _resolve_disk(config.disk) if config.disk else None
-        fs_devs = list(target.fs_devs) if target else []
+        self._disk = target = check_disk("disk", config.disk)
+        # the BPF side compares kernel dev_ts: the disk's, and up to _MAX_FS_DEVS filesystems'
+        fs_devs = [encode_kernel_dev(*d) for d in target.file_devs[:_MAX_FS_DEVS]] if target else []
         spec.rodata.update({"targ_tgid": config.pid or 0, "self_tgid": os.getpid(),
-                            "targ_disk": target.disk if target else 0, "targ_ndevs": len(fs_devs),
+                            "targ_disk": encode_kernel_dev(*target.disk) if target else 0,
+                            "targ_ndevs": len(fs_devs),
                             "targ_fsdevs": fs_devs + [0] * (_MAX_FS_DEVS - len(fs_devs))})
         self._obj = spec.load()
         try:
@@ -124,7 +117,7 @@ class Session(ToolSession):
             self._writer = RecordWriter(path)
         except OSError as exc:
             raise ConfigError("record_file", f"cannot write {path}: {exc.strerror}") from None
-        self._writer.header(filters={"pid": self.config.pid, "disk": self.config.disk},
+        self._writer.header(filters={"pid": self.config.pid, "disk": self._disk.name if self._disk else None},
                             tool=f"ebpfkit {__version__}")
 
     def _finish(self, began: int) -> RecordSummary:
@@ -148,10 +141,10 @@ class Session(ToolSession):
                              sum(1 for m in files if m.extents), len(files), lost, dropped)
 
     def _on_event(self, ev) -> None:
-        from .devices import kdev_str
+        from ...sysinfo.devices import decode_kernel_dev, dev_str
         from .fileformat import BlockEvent, Syscall
 
-        dev = kdev_str(ev.dev)
+        dev = dev_str(decode_kernel_dev(ev.dev))
         if ev.kind == 1:
             regular = ev.mode & _S_IFMT == _S_IFREG
             s = Syscall(ev.ts_enter, ev.ts, ev.tid, ev.tgid, ev.comm, _SYSCALLS.get(ev.syscall, "read"), ev.fd,

@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 
 from ...errors import EbpfkitError
-from ...net import cgroup2_mount
+from ...sysinfo.cgroups import CGROUP2_HINT, cgroup2_mount, cgroup_id, require_cgroup2
+from ...sysinfo.mounts import MountTable
 
 CAP_NET_ADMIN, CAP_SYS_ADMIN, CAP_BPF = 12, 21, 39
 
@@ -17,31 +18,18 @@ class SockmapUsageError(EbpfkitError):
     exit_code = 2
 
 
-def _mount_of(path: str) -> tuple[str, str]:
-    """(mount point, fstype) of the filesystem holding ``path`` (longest matching mount)."""
-    best = ("", "")
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            left, _, right = line.partition(" - ")
-            point = left.split()[4].replace("\\040", " ")
-            fstype = right.split()[0]
-            inside = path == point or path.startswith(point.rstrip("/") + "/")
-            if inside and len(point) >= len(best[0]):
-                best = (point, fstype)
-    return best
-
-
 def resolve_cgroup(path: str | None) -> tuple[str, int]:
     """(real path, cgroup id) of a cgroup v2 directory; ``None`` means the v2 root."""
     if path is None:
-        path = cgroup2_mount()
+        path = require_cgroup2()
     real = os.path.realpath(path)
     if not os.path.exists(real):
         raise SockmapUsageError(f"cgroup {path} does not exist",
                                 hint=f"create it (mkdir) under the cgroup v2 mount {_v2_or_none()}")
     if not os.path.isdir(real):
         raise SockmapUsageError(f"{path} is not a cgroup directory")
-    point, fstype = _mount_of(real)
+    mount = MountTable().containing(real)
+    point, fstype = (mount.point, mount.fstype) if mount else ("", "")
     if fstype == "cgroup":
         raise SockmapUsageError(
             f"{path} is on a cgroup v1 hierarchy ({point}); sockops programs attach only to cgroup v2",
@@ -49,14 +37,11 @@ def resolve_cgroup(path: str | None) -> tuple[str, int]:
     if fstype != "cgroup2":
         raise SockmapUsageError(f"{path} is not a cgroup v2 directory (it is on {fstype or 'no'} filesystem)",
                                 hint=f"use a directory under {_v2_or_none()}")
-    return real, os.stat(real).st_ino  # a cgroup v2 directory's inode number is its cgroup id
+    return real, cgroup_id(real)
 
 
 def _v2_or_none() -> str:
-    try:
-        return cgroup2_mount()
-    except EbpfkitError:
-        return "(none mounted: mount -t cgroup2 none /sys/fs/cgroup/unified)"
+    return cgroup2_mount() or f"(none mounted: {CGROUP2_HINT})"
 
 
 def effective_caps() -> int:

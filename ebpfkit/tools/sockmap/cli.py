@@ -144,11 +144,10 @@ def sockets_table(sockets: list[dict]) -> ResultTable:
 
 def _short(path: str) -> str:
     """A cgroup as cgroup tools name it: its path under the cgroup v2 mount."""
-    from ...net import cgroup2_mount
+    from ...sysinfo.cgroups import cgroup2_mount
 
-    try:
-        top = cgroup2_mount()
-    except Exception:
+    top = cgroup2_mount()
+    if top is None:
         return path
     return "/" + os.path.relpath(path, top).lstrip(".") if path.startswith(top) else path
 

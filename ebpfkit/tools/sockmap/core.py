@@ -22,6 +22,7 @@ from ...engine import links, pinned
 from ...engine.constants import AttachType
 from ...engine.pinset import COMPLETE, STALE, PinSet
 from ...errors import AttachError
+from ...sysinfo.cgroups import cgroup_path
 from . import maps as M
 from .cgroups import SockmapUsageError, require_privileges, resolve_cgroup
 from .regression import RegressionCheck, detect
@@ -161,20 +162,6 @@ def pin_directory(cgroup_id: int) -> str:
     return pin_set(cgroup_id).path
 
 
-def _cgroup_path_of(cgroup_id: int) -> str | None:
-    from ...net import cgroup2_mount
-
-    try:
-        top = cgroup2_mount()
-    except Exception:
-        return None
-    for root, dirs, _ in os.walk(top):
-        with contextlib.suppress(OSError):
-            if os.stat(root).st_ino == cgroup_id:
-                return root
-    return None
-
-
 @dataclass
 class Enablement:
     """What `enable` left pinned for one cgroup."""
@@ -191,7 +178,7 @@ class Enablement:
 
     @property
     def cgroup(self) -> str | None:
-        return _cgroup_path_of(self.cgroup_id)
+        return cgroup_path(self.cgroup_id)
 
     @property
     def complete(self) -> bool:

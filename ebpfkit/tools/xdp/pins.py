@@ -12,7 +12,6 @@ later commands reach its maps through the program the interface runs.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from dataclasses import dataclass
 
@@ -51,14 +50,13 @@ class Iface:
 
 
 def iproute(netns: str | None):
-    from pyroute2 import IPRoute
+    """An IPRoute in ``netns`` (None: the caller's); a missing namespace is an InterfaceError."""
+    from ...net.netns import NoSuchNetnsError, iproute as netns_iproute
 
-    if netns is None:
-        return IPRoute()
-    path = netns if "/" in netns else os.path.join("/run/netns", netns)
-    if not os.path.exists(path):
-        raise InterfaceError(f"no network namespace '{netns}' (see `ip netns list`)")
-    return IPRoute(netns=netns, flags=0)
+    try:
+        return netns_iproute(netns)
+    except NoSuchNetnsError as exc:
+        raise InterfaceError(str(exc)) from None
 
 
 def lookup_iface(name: str, netns: str | None = None) -> Iface:
@@ -82,23 +80,11 @@ def attached_prog_id(iface: Iface) -> int | None:
     return xdp.get_attr("IFLA_XDP_PROG_ID") or None
 
 
-def _ns_label(netns: str | None) -> str:
-    if netns is not None:
-        return os.path.basename(netns)
-    own = os.stat("/proc/self/ns/net").st_ino
-    with contextlib.suppress(OSError):
-        if own == os.stat("/proc/1/ns/net").st_ino:
-            return ""  # the initial namespace: the plain interface name
-    with contextlib.suppress(OSError):
-        for name in sorted(os.listdir("/run/netns")):
-            with contextlib.suppress(OSError):
-                if os.stat(os.path.join("/run/netns", name)).st_ino == own:
-                    return name
-    return f"netns-{own}"
-
-
 def pin_set(iface: str, netns: str | None = None) -> PinSet:
-    label = _ns_label(netns)
+    from ...net.netns import netns_label
+
+    # the initial namespace: the plain interface name
+    label = os.path.basename(netns) if netns is not None else netns_label()
     return PinSet(f"xdp/{iface}@{label}" if label else f"xdp/{iface}")
 
 

@@ -4,7 +4,9 @@ import os
 
 import pytest
 
-from ebpfkit.sysinfo.containers import CgroupPaths, Container, cgroup2_mount, parse_container
+from ebpfkit.sysinfo.cgroups import cgroup2_mount
+from ebpfkit.sysinfo.containers import CgroupPaths, Container, parse_container
+from ebpfkit.sysinfo.mounts import MountTable
 
 ID = "3f2a9c0e1b7d4c5a8e6f0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f"
 ID2 = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
@@ -79,10 +81,9 @@ def test_new_cgroups_are_found_after_refresh(tmp_path):
     assert paths.path(os.stat(late).st_ino) == f"/docker-{ID}.scope"
 
 
-def test_cgroup2_mount_from_mounts_file(tmp_path):
-    mounts = tmp_path / "mounts"
-    mounts.write_text("proc /proc proc rw 0 0\ncgroup2 /sys/fs/cgroup/unified cgroup2 rw 0 0\n")
-    assert cgroup2_mount(str(mounts)) == "/sys/fs/cgroup/unified"
-    mounts.write_text("proc /proc proc rw 0 0\n")
-    assert cgroup2_mount(str(mounts)) is None
+def test_cgroup2_mount_from_the_mount_table():
+    proc = "22 27 0:21 / /proc rw,relatime - proc proc rw\n"
+    cgroup2 = "31 25 0:27 / /sys/fs/cgroup/unified rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"
+    assert cgroup2_mount(MountTable(proc + cgroup2)) == "/sys/fs/cgroup/unified"
+    assert cgroup2_mount(MountTable(proc)) is None
     assert CgroupPaths(root="").path(1) is None  # no hierarchy: nothing, no error

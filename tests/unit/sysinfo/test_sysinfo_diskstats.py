@@ -1,11 +1,9 @@
 """/proc/diskstats parsing and iostat's arithmetic, checked on hand-computed examples."""
 
-import os
-
 import pytest
 
-from ebpfkit.sysinfo.diskstats import (DiskCounters, device_name, disk_devices, disk_rates,
-                                       kernel_dev, parse_diskstats, read_diskstats, whole_disks)
+from ebpfkit.sysinfo.devices import device_name, resolve_disk, whole_disks
+from ebpfkit.sysinfo.diskstats import DiskCounters, disk_rates, parse_diskstats, read_diskstats
 
 TEXT = """\
    8       0 sda 1000 10 80000 4000 500 20 40000 2500 0 3000 6500 0 0 0 0 0 0
@@ -67,30 +65,11 @@ def test_zero_interval_is_an_error():
         disk_rates(counters(), counters(), 0)
 
 
-def test_sys_block_lookups(tmp_path):
-    (tmp_path / "sda" / "sda1").mkdir(parents=True)
-    (tmp_path / "sda" / "queue").mkdir()
-    (tmp_path / "sda" / "dev").write_text("8:0\n")
-    (tmp_path / "sda" / "sda1" / "dev").write_text("8:1\n")
-    (tmp_path / "sda" / "sda1" / "partition").write_text("1\n")
-    assert disk_devices("sda", str(tmp_path)) == {(8, 0), (8, 1)}
-    assert disk_devices("sdz", str(tmp_path)) == set()
-    assert whole_disks(str(tmp_path)) == {"sda"}
-    assert whole_disks(str(tmp_path / "none")) == set()
-
-
-def test_device_names_and_numbers(tmp_path):
-    os.symlink("../../devices/virtual/block/loop3", tmp_path / "7:3")
-    assert device_name(7, 3, str(tmp_path)) == "loop3"
-    assert device_name(0, 52, str(tmp_path)) == "0:52"  # tmpfs & co: no block device
-    assert kernel_dev((259 << 20) | 5) == (259, 5)
-
-
 def test_this_machine():
     disks = read_diskstats()
     assert disks and all(d.reads >= 0 for d in disks.values())
     for name in whole_disks():
         if name in disks:
             d = disks[name]
-            assert (d.major, d.minor) in disk_devices(name)
-            assert device_name(d.major, d.minor) == name
+            assert resolve_disk(name).disk == (d.major, d.minor)
+            assert device_name((d.major, d.minor)) == name

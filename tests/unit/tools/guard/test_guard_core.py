@@ -1,5 +1,6 @@
 """Guard user space that needs no kernel: key resolution, event decoding, the CLI check."""
 
+import dataclasses
 import json
 import os
 import stat
@@ -8,14 +9,10 @@ from pathlib import Path
 
 from ebpfkit.cli import cli
 from ebpfkit.tools.guard import agent, core, logfile
-from ebpfkit.tools.guard.core import MountTable
+from ebpfkit.sysinfo.devices import kernel_dev_of_stat
+from ebpfkit.sysinfo.mounts import Mount, MountTable
 from ebpfkit.output.errors import invoke_cli
 from ebpfkit.policy import parse_guard_policy
-
-
-def test_kernel_dev_encoding():
-    assert core.kernel_dev(os.makedev(8, 1)) == (8 << 20) | 1
-    assert core.kernel_dev(os.makedev(259, 70000)) == (259 << 20) | 70000
 
 
 def test_resolve_keys_by_inode(tmp_path):
@@ -77,7 +74,7 @@ def test_key_of_is_the_kernel_view(tmp_path):
     f = tmp_path / "f"
     f.write_text("")
     st = os.stat(f)
-    assert core.key_of(str(f)) == (core.kernel_dev(st.st_dev), st.st_ino)
+    assert core.key_of(str(f)) == (kernel_dev_of_stat(st.st_dev), st.st_ino)
     assert core.key_of("/proc/self") != core.key_of(str(f))
 
 
@@ -90,11 +87,12 @@ MOUNTINFO = (
 
 def test_mount_table_and_overlay_options():
     table = MountTable(MOUNTINFO)
-    assert table.get(78) == {"dev": 63, "root": "/", "point": "/tmp/my dir", "fstype": "overlay",
-                             "options": "rw,lowerdir=/l1:/l\\:2,upperdir=/u/u,workdir=/u/w"}
-    assert table.get(90)["dev"] == (8 << 20) | 1 and table.get(90)["root"] == "/sub"
-    assert table.get(5) is None
-    opts = table.get(78)["options"]
+    overlay = table.by_id(78)
+    assert (overlay.kernel_dev, overlay.root, overlay.point, overlay.fstype) == (63, "/", "/tmp/my dir", "overlay")
+    assert overlay.super_options == "rw,lowerdir=/l1:/l\\:2,upperdir=/u/u,workdir=/u/w"
+    assert table.by_id(90).kernel_dev == (8 << 20) | 1 and table.by_id(90).root == "/sub"
+    assert table.by_id(5) is None
+    opts = overlay.super_options
     assert core._overlay_option(opts, "lowerdir") == ["/l1", "/l:2"]
     assert core._overlay_option(opts, "upperdir") == ["/u/u"]
     assert core._overlay_option("rw", "upperdir") == []
@@ -109,13 +107,13 @@ def test_layer_paths(tmp_path):
     (lower / "dir" / "gone").write_text("l")
     os.mknod(upper / "dir" / "gone", 0o600 | stat.S_IFCHR, 0)  # a whiteout
     (merged / "dir" / "both").write_text("m")
-    mount = {"fstype": "overlay", "root": "/", "point": str(merged),
-             "options": f"rw,lowerdir={lower},upperdir={upper},workdir=/w"}
+    mount = Mount(78, 1, (0, 63), "/", str(merged), "rw", "overlay", "ov",
+                  f"rw,lowerdir={lower},upperdir={upper},workdir=/w")
     assert core.layer_paths(str(merged / "dir" / "both"), mount) == [
         str(upper / "dir" / "both"), str(lower / "dir" / "both")]
     assert core.layer_paths(str(merged / "dir" / "gone"), mount) == []
     assert core.layer_paths(str(merged), mount) == [str(upper), str(lower)]
-    assert core.layer_paths(str(merged / "dir"), {**mount, "fstype": "ext4"}) == []
+    assert core.layer_paths(str(merged / "dir"), dataclasses.replace(mount, fstype="ext4")) == []
 
 
 def test_filter_words_cover_every_key():

@@ -10,7 +10,7 @@ from helpers import same_config_error
 
 @pytest.mark.parametrize("settings, args, option, message", [
     ({"pid": 999999999}, ["-p", "999999999"], "'-p' / '--pid'", "no process with PID 999999999"),
-    ({"disk": "no-such-disk0"}, ["--disk", "no-such-disk0"], "'--disk'", "no disk named 'no-such-disk0'"),
+    ({"disk": "no-such-disk0"}, ["--disk", "no-such-disk0"], "'--disk'", "no block device 'no-such-disk0'"),
     ({"container": "not-hex"}, ["--container", "not-hex"], "'--container'", "is no container id"),
     ({"container": "ffffffffffff"}, ["--container", "ffffffffffff"], "'--container'", "no running container"),
 ])

@@ -98,7 +98,7 @@ def test_csv_has_a_header_per_view():
 
 @pytest.mark.parametrize("args, message", [
     (["-p", "999999999"], "no process with PID 999999999"),
-    (["--disk", "no-such-disk0"], "no disk named 'no-such-disk0'"),
+    (["--disk", "no-such-disk0"], "no block device 'no-such-disk0'"),
     (["--container", "not-hex"], "is no container id"),
     (["--container", "ffffffffffff"], "no running container"),
     (["--sort", "nonsense"], "nonsense"),

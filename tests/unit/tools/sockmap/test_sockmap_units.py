@@ -16,7 +16,7 @@ from ebpfkit.cli import cli
 from ebpfkit.tools.sockmap import Options, SockmapUsageError, resolve_cgroup
 from ebpfkit.tools import sockmap as sockmap_package
 from ebpfkit.tools.sockmap import maps as M
-from ebpfkit.tools.sockmap.cgroups import _mount_of
+from ebpfkit.sysinfo.mounts import MountTable
 from ebpfkit.tools.sockmap.regression import release_affected
 from ebpfkit.tools import TOOLS
 
@@ -82,7 +82,7 @@ def test_plain_directory_is_not_a_cgroup(tmp_path):
 
 def test_cgroup_v1_directory_is_refused():
     v1 = next((p for p in ("/sys/fs/cgroup/cpu", "/sys/fs/cgroup/memory", "/sys/fs/cgroup/pids")
-               if os.path.isdir(p) and _mount_of(os.path.realpath(p))[1] == "cgroup"), None)
+               if os.path.isdir(p) and MountTable().containing(os.path.realpath(p)).fstype == "cgroup"), None)
     if v1 is None:
         pytest.skip("no cgroup v1 hierarchy mounted here")
     with pytest.raises(SockmapUsageError, match="cgroup v1"):
