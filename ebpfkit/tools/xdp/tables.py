@@ -1,12 +1,12 @@
-"""The maps of one XDP program as a set: the live object's (duplicated fds, so they outlive
-it) or those pinned in its directory by an earlier command. A program's tables class names
+"""The maps of one XDP program as a set, typed through their BTF: the live object's
+(duplicated fds, so they outlive it) or those pinned in its directory by an earlier command. A program's tables class names
 its maps; opening is all or nothing."""
 
 from __future__ import annotations
 
 import os
 
-from ...engine.pinned import FdMap
+from ...engine.maps import KernelMap
 from ...errors import EbpfkitError
 from . import pins
 
@@ -16,7 +16,7 @@ class Tables:
     KIND = "XDP program"  # what the maps belong to, for messages
     COMMAND = ""          # its `ebpfkit xdp` subcommand, for hints
 
-    def __init__(self, maps: dict[str, FdMap], path: str | None = None):
+    def __init__(self, maps: dict[str, KernelMap], path: str | None = None):
         missing = [n for n in self.MAP_NAMES if n not in maps]
         if missing:
             for m in maps.values():
@@ -26,7 +26,7 @@ class Tables:
 
     @classmethod
     def of_object(cls, obj, **extra):
-        return cls({n: FdMap.of(obj.maps[n]) for n in cls.MAP_NAMES}, **extra)
+        return cls({n: KernelMap.of(obj.maps[n]) for n in cls.MAP_NAMES}, **extra)
 
     @classmethod
     def open_dir(cls, path: str, **extra):
@@ -34,7 +34,7 @@ class Tables:
         try:
             for n in cls.MAP_NAMES:
                 if os.path.exists(os.path.join(path, n)):
-                    maps[n] = FdMap.open_pinned(os.path.join(path, n))
+                    maps[n] = KernelMap.open_pinned(os.path.join(path, n))
         except BaseException:
             for m in maps.values():
                 m.close()

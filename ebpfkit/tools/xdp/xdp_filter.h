@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0 */
-/* Map layouts of xdp_filter.bpf.c, shared with ebpfkit/xdp/filter.py (which packs them
- * with struct: keep the two in step). */
+/* Map layouts and constants of xdp_filter.bpf.c; ebpfkit/tools/xdp reads both from the
+ * object's BTF (field names, enums), so nothing here is copied in Python. */
 #ifndef __EK_XDP_FILTER_H
 #define __EK_XDP_FILTER_H
 

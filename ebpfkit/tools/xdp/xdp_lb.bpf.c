@@ -14,7 +14,10 @@
 #include <bpf/bpf_endian.h>
 #include "xdp_parse.h"
 #include "xdp_barrier.h"
+#include "ebpfkit.h"
 #include "xdp_lb.h"
+
+EK_EXPORT_TYPE(enum lb_stat); /* the lb_totals slots, read by xdp/lb.py from BTF */
 
 const volatile __u8 vip_addr[16] = {};
 const volatile __u8 vip_family = 4;

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0 */
-/* Map layouts of xdp_lb.bpf.c, shared with ebpfkit/xdp/lb.py (which packs them with
- * struct: keep the two in step). */
+/* Map layouts and constants of xdp_lb.bpf.c; ebpfkit/tools/xdp/lb.py reads both from the
+ * object's BTF. lb_flow_hash() is mirrored in lb.py (flow_hash), checked by a test that
+ * runs this one in the kernel. */
 #ifndef __EK_XDP_LB_H
 #define __EK_XDP_LB_H
 
