@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from ...engine import links, mounts, pinned
 from ...engine.constants import AttachType
+from ...engine.maps import KernelMap
 from ...errors import AttachError
 from . import maps as M
 from .cgroups import SockmapUsageError, require_privileges, resolve_cgroup
@@ -102,14 +103,19 @@ class Accelerator:
             raise
         return self
 
-    def map(self, name: str) -> pinned.FdMap:
-        return self.obj.maps[name].raw
+    def map(self, name: str):
+        return self.obj.maps[name]
+
+    @property
+    def btf(self):
+        """The object's BTF: the layouts of its maps' keys and values."""
+        return self.obj.btf
 
     def stats(self) -> dict[str, int]:
         return M.read_stats(self.map("stats"))
 
     def sockets(self) -> list[dict]:
-        return M.read_sockets(*map(self.map, M.SOCK_MAPS))
+        return M.read_sockets(self.btf, *map(self.map, M.SOCK_MAPS))
 
     def keys(self) -> set[bytes]:
         return M.raw_keys(*map(self.map, M.SOCK_MAPS))
@@ -184,9 +190,15 @@ class Enablement:
     def complete(self) -> bool:
         return all(os.path.exists(os.path.join(self.directory, n)) for n in ("info", "stats", *M.SOCK_MAPS))
 
-    def _map(self, name: str) -> pinned.FdMap:
+    @property
+    def btf(self):
+        """The BTF of the object whose maps are pinned here (sockmap.h's layouts)."""
+        with self._map("info") as info:
+            return info.btf
+
+    def _map(self, name: str) -> KernelMap:
         try:
-            return pinned.FdMap.open_pinned(os.path.join(self.directory, name))
+            return KernelMap.open_pinned(os.path.join(self.directory, name))
         except pinned.PinError as exc:
             raise AttachError(f"sockmap pin {self.directory}/{name} is missing: "
                               f"{os.strerror(exc.errno)}") from None
@@ -202,7 +214,7 @@ class Enablement:
 
     def sockets(self) -> list[dict]:
         with self._sock_maps() as maps:
-            return M.read_sockets(*maps)
+            return M.read_sockets(self.btf, *maps)
 
     def keys(self) -> set[bytes]:
         with self._sock_maps() as maps:
