@@ -111,7 +111,8 @@ def parse_backend(text: str) -> BackendSpec:
 
 
 def flow_hash(src: str, dst: str, sport: int, dport: int, proto: int = 6) -> int:
-    """The program's flow hash of a 5-tuple (murmur3 mixing of the lb_flow_key words)."""
+    """The program's flow hash of a 5-tuple: lb_flow_hash() of xdp_lb.h (murmur3 mixing of
+    the struct lb_flow_key words), checked against it run in the kernel by a test."""
     s, d = ipaddress.ip_address(src), ipaddress.ip_address(dst)
     key = (s.packed.ljust(16, b"\0") + d.packed.ljust(16, b"\0")
            + struct.pack("<HHBBH", sport, dport, proto, s.version, 0))

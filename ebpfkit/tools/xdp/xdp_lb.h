@@ -27,6 +27,40 @@ struct lb_flow_key {
 	__u16 _pad;
 };
 
+/* murmur3's 32-bit mixing of the key's ten words; lb.py flow_hash() computes the same */
+static __always_inline __u32 lb_rol32(__u32 x, int r)
+{
+	return (x << r) | (x >> (32 - r));
+}
+
+static __always_inline __u32 lb_mix(__u32 h, __u32 k)
+{
+	k *= 0xcc9e2d51;
+	k = lb_rol32(k, 15);
+	k *= 0x1b873593;
+	h ^= k;
+	h = lb_rol32(h, 13);
+	return h * 5 + 0xe6546b64;
+}
+
+static __always_inline __u32 lb_flow_hash(const struct lb_flow_key *k)
+{
+	const __u32 *w = (const __u32 *)k; /* src[4], dst[4], ports, proto/family */
+	__u32 h = 0x9747b28c;
+	int i;
+
+#pragma unroll
+	for (i = 0; i < 10; i++)
+		h = lb_mix(h, w[i]);
+	h ^= 40;
+	h ^= h >> 16;
+	h *= 0x85ebca6b;
+	h ^= h >> 13;
+	h *= 0xc2b2ae35;
+	h ^= h >> 16;
+	return h;
+}
+
 struct lb_flow_val {
 	__u32 backend; /* slot in `backends` */
 	__u32 gen;     /* the slot's gen when the flow was placed */
