@@ -21,6 +21,7 @@ from ..errors import MapError, NotSupportedError
 from . import _libbpf as L
 from .constants import BPF_ANY, PER_CPU_MAPS, MapType
 from .pinned import FdMap, info, map_type as _map_type, round8
+from .resource import Resource
 
 _ARRAYS = frozenset({MapType.ARRAY, MapType.PERCPU_ARRAY})
 _NO_KEY_MAPS = frozenset({MapType.RINGBUF, MapType.PERF_EVENT_ARRAY, MapType.QUEUE, MapType.STACK,
@@ -299,7 +300,7 @@ class Map(MutableMapping):
         return list(value[field] if field else value)
 
 
-class KernelMap(Map):
+class KernelMap(Map, Resource):
     """A map by fd, keys and values typed through the BTF the kernel keeps with it
     (bpf_map_info's btf_id and key/value type ids; ints and bytes for a map created without
     BTF). Owns its fd: ``close()`` it, or use it as a context manager."""
@@ -358,12 +359,6 @@ class KernelMap(Map):
 
     def close(self) -> None:
         self._raw.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     def __repr__(self):
         return f"<KernelMap {self.name} id={self.id} {getattr(self.type, 'name', self.type)}>"
