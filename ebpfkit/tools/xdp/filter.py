@@ -16,11 +16,10 @@ from ...engine.maps import PerCpu
 from . import pins
 from .counters import ZERO, as_pair, counter, slot_names
 from .rules import TABLES, Rule, RuleError, check_rules, decode_entries, entries, table_flags
-from .tables import Tables
+from .tables import Tables, mode_enumerator, mode_name
 
 PROGRAM = os.path.join(os.path.dirname(__file__), "xdp_filter.bpf.c")
 DEFAULT_MAX_RULES = 65536
-MODES = {"auto": 0, "native": 1, "generic": 2}
 TOTALS = ("passed", "dropped", "would_drop", "matched", "malformed", "control")
 RETIRED = 0  # the rule_stats slot keeping the counts of deleted rules
 _CONTROL_MAPS = ("active", "set_gen", "barrier", "filter_conf", "rule_stats", "totals")
@@ -50,13 +49,12 @@ class FilterTables(Tables):
 
     def write_config(self, conf: FilterConfig) -> None:
         self.maps["filter_conf"][0] = {"default_deny": conf.default_deny, "dry_run": conf.dry_run,
-                                       "max_rules": conf.max_rules, "xdp_mode": MODES[conf.mode]}
+                                       "max_rules": conf.max_rules, "xdp_mode": mode_enumerator(conf.mode)}
 
     def config(self) -> FilterConfig:
         conf = self.maps["filter_conf"][0]
-        names = {v: k for k, v in MODES.items()}
         return FilterConfig(bool(conf.default_deny), bool(conf.dry_run), conf.max_rules,
-                            names.get(conf.xdp_mode, "auto"))
+                            mode_name(conf.xdp_mode))
 
     @property
     def max_rules(self) -> int:

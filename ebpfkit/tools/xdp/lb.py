@@ -25,12 +25,11 @@ from ...errors import EbpfkitError
 from . import maglev, pins
 from .counters import ZERO, counter, slot_names
 from .rules import parse_proto, proto_name
-from .tables import Tables
+from .tables import Tables, mode_enumerator, mode_name
 
 PROGRAM = os.path.join(os.path.dirname(__file__), "xdp_lb.bpf.c")
 DEFAULT_MAX_BACKENDS = 256
 DEFAULT_FLOWS = 65536
-MODES = {"auto": 0, "native": 1, "generic": 2}
 MAP_NAMES = ("backends", "table_a", "table_b", "lb_active", "barrier", "flows", "tx_ports",
              "backend_stats", "lb_totals", "lb_conf")
 
@@ -263,14 +262,13 @@ class LbTables(Tables):
     def write_config(self, vip: Vip, mode: str) -> None:
         self.maps["lb_conf"][0] = {"vip": vip.addr.packed, "port": vip.port, "proto": vip.proto,
                                    "family": vip.addr.version, "table_size": self.table_size,
-                                   "max_backends": self.max_backends, "xdp_mode": MODES[mode]}
+                                   "max_backends": self.max_backends, "xdp_mode": mode_enumerator(mode)}
 
     def config(self) -> dict:
         conf = self.maps["lb_conf"][0]
         vip = Vip(_address(conf.vip, conf.family), conf.port, conf.proto)
-        modes = {v: k for k, v in MODES.items()}
         return {"vip": str(vip), "table_size": conf.table_size, "max_backends": conf.max_backends,
-                "mode": modes.get(conf.xdp_mode, "auto")}
+                "mode": mode_name(conf.xdp_mode)}
 
     @property
     def table_size(self) -> int:

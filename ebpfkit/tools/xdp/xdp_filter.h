@@ -4,6 +4,8 @@
 #ifndef __EK_XDP_FILTER_H
 #define __EK_XDP_FILTER_H
 
+#include "xdp_mode.h"
+
 struct lpm4_key {
 	__u32 prefixlen;
 	__u8 addr[4];
@@ -71,7 +73,7 @@ struct filter_conf {
 	__u32 default_deny;
 	__u32 dry_run;
 	__u32 max_rules;
-	__u32 xdp_mode; /* 0 auto, 1 native, 2 generic */
+	enum ek_xdp_mode xdp_mode;
 };
 
 #endif /* __EK_XDP_FILTER_H */

@@ -5,6 +5,8 @@
 #ifndef __EK_XDP_LB_H
 #define __EK_XDP_LB_H
 
+#include "xdp_mode.h"
+
 struct lb_backend {
 	__u8 addr[16];  /* the backend's address: its identity (IPv4 in the first 4 bytes) */
 	__u8 dmac[6];   /* the backend's MAC */
@@ -92,7 +94,7 @@ struct lb_conf {
 	__u8 family;
 	__u32 table_size;
 	__u32 max_backends;
-	__u32 xdp_mode; /* 0 auto, 1 native, 2 generic */
+	enum ek_xdp_mode xdp_mode;
 };
 
 #endif /* __EK_XDP_LB_H */
