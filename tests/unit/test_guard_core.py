@@ -157,15 +157,21 @@ def guard_btf():
 
 
 def test_filter_constants_match_header():
+    # 64-bit constants, which clang 14 cannot put in an enum (no ENUM64): their text
     header = (Path(core.__file__).parent / "guard.h").read_text()
     assert f"#define GUARD_FILTER_BITS {core.FILTER_BITS}" in header
     assert f"#define GUARD_FILTER_MULT {core.FILTER_MULT:#X}ULL".replace("0X", "0x") in header
+    assert f"#define GUARD_READ_MARK {core.READ_MARK:#x}ULL" in header
+    assert f"#define GUARD_SELF_SHIFT {core.SELF_SHIFT} " in header
 
 
-def test_policy_operations_are_the_objects_enum(guard_btf):
-    # the policy is parsed before any object is loaded, so it keeps its own table of bits
+def test_python_copies_are_the_objects_enums(guard_btf):
+    # a policy is parsed and resolved before any object is loaded, so these stay in Python
     ops = guard_btf.enum("guard_op", strip="GUARD_OP_")
     assert {name: ops[name] for name in OPERATIONS} == OPERATIONS
+    assert guard_btf.enum("guard_trust") == {"GUARD_TRUST_SELF": core.TRUST_SELF,
+                                             "GUARD_TRUST_INHERIT": core.TRUST_INHERIT}
+    assert guard_btf.enum("guard_gen")["GUARD_GEN_POLICY"] == core.GEN_POLICY
 
 
 def test_logger_writes_json_lines(tmp_path, guard_btf):

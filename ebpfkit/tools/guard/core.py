@@ -44,11 +44,10 @@ LOCK_FILE = os.path.join(STATE_DIR, "lock")
 # The maps' keys and values are typed through their BTF (struct guard_key: {"dev", "ino"}).
 # The constants below are guard.h's #defines that resolving a policy needs (before any object
 # is loaded); filter_bit() is checked against guard_filter_bit() run in the kernel.
-TRUST_SELF, TRUST_INHERIT = 1, 2
+TRUST_SELF, TRUST_INHERIT = 1, 2  # enum guard_trust
 SELF_SHIFT = 16  # GUARD_SELF_SHIFT: self-only operations of an ancestor
-SELF_PROG, SELF_LINK = 1, 2  # GUARD_SELF_*
 MAP_NAMES = ("protected", "filter", "trusted", "protected_exe", "generation")  # what apply() fills
-GEN_POLICY = 0  # GUARD_GEN_POLICY: bumped after each change of `protected`
+GEN_POLICY = 0  # enum guard_gen's GUARD_GEN_POLICY: bumped after each change of `protected`
 # GUARD_FILTER_*: the bitmap the BPF side checks before each hash lookup
 FILTER_BITS, FILTER_MULT = 20, 0x9E3779B97F4A7C15
 FILTER_WORDS = 1 << (FILTER_BITS - 6)
@@ -431,9 +430,9 @@ def _bump(m: Map | None) -> None:
 
 def register_self(m: Map, prog_ids, link_ids) -> None:
     """The guard's own programs and links, which untrusted subjects may not get or detach."""
-    for kind, ids in ((SELF_PROG, prog_ids), (SELF_LINK, link_ids)):
+    for kind, ids in (("GUARD_SELF_PROG", prog_ids), ("GUARD_SELF_LINK", link_ids)):
         for i in ids:
-            _update(m, {"kind": kind, "id": i}, 1)  # struct guard_self_key
+            _update(m, {"kind": kind, "id": i}, 1)  # struct guard_self_key, its kind by name
 
 
 # --- policy reloads ---------------------------------------------------------------------

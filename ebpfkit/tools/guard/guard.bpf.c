@@ -38,8 +38,6 @@
 
 #define PTRACE_MODE_ATTACH 0x02
 
-#define TRUST_SELF 1
-#define TRUST_INHERIT 2
 
 const volatile bool targ_audit = false;
 const volatile __u32 targ_agent_tgid = 0; /* the logging agent: trusted, protected */
@@ -119,7 +117,10 @@ struct {
 
 EK_RINGBUF(events, 256 * 1024);
 EK_EXPORT_TYPE(struct guard_event);
-EK_EXPORT_TYPE(enum guard_op); /* the log's operation names */
+/* enums user space reads from BTF, or checks its own copies against (core.py, a test) */
+EK_EXPORT_TYPE(enum guard_op);
+EK_EXPORT_TYPE(enum guard_gen);
+EK_EXPORT_TYPE(enum guard_trust);
 
 static __always_inline struct guard_key inode_key(struct inode *inode)
 {
@@ -487,7 +488,7 @@ int BPF_PROG(guard_bprm_committed_creds, struct linux_binprm *bprm)
 			t = bpf_task_storage_get(&task_trust, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 		if (t)
 			*t = *v;
-	} else if (t && !(*t & TRUST_INHERIT)) {
+	} else if (t && !(*t & GUARD_TRUST_INHERIT)) {
 		*t = 0; /* plain trust ends at exec of an untrusted binary */
 	}
 	return 0;

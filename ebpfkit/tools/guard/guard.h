@@ -36,12 +36,22 @@ enum guard_op {
 #define GUARD_READ_MARK 0xffffffffffffffffULL
 
 /* generation map indexes (see verdicts in guard.bpf.c) */
-#define GUARD_GEN_POLICY 0
-#define GUARD_GEN_RENAME 1
+enum guard_gen {
+	GUARD_GEN_POLICY = 0,
+	GUARD_GEN_RENAME = 1,
+};
+
+/* the bits of a `trusted` value: the executable is trusted, and so are its children */
+enum guard_trust {
+	GUARD_TRUST_SELF = 1,
+	GUARD_TRUST_INHERIT = 2,
+};
 
 /* self_ids kinds: the guard's own programs and links, by kernel id */
-#define GUARD_SELF_PROG 1
-#define GUARD_SELF_LINK 2
+enum guard_self_kind {
+	GUARD_SELF_PROG = 1,
+	GUARD_SELF_LINK = 2,
+};
 
 /* hooks, for the log, which names them from this enum (GUARD_HOOK_FILE_OPEN -> file_open) */
 enum guard_hook {
@@ -86,7 +96,7 @@ struct guard_verdict {
 };
 
 struct guard_self_key {
-	__u32 kind; /* GUARD_SELF_* */
+	enum guard_self_kind kind;
 	__u32 id;
 };
 
