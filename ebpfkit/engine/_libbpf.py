@@ -173,7 +173,10 @@ class bpf_link_info(Structure):
 
 class bpf_map_info(Structure):
     _fields_ = [("type", c_u32), ("id", c_u32), ("key_size", c_u32), ("value_size", c_u32),
-                ("max_entries", c_u32), ("map_flags", c_u32), ("name", c_char * 16)]
+                ("max_entries", c_u32), ("map_flags", c_u32), ("name", c_char * 16),
+                ("ifindex", c_u32), ("btf_vmlinux_value_type_id", c_u32), ("netns_dev", c_u64),
+                ("netns_ino", c_u64), ("btf_id", c_u32), ("btf_key_type_id", c_u32),
+                ("btf_value_type_id", c_u32), ("btf_vmlinux_id", c_u32), ("map_extra", c_u64)]
 
 
 # --- callback types ---
@@ -306,6 +309,7 @@ _PROTOTYPES = {
     "btf__find_by_name": (c_int, [P, c_char_p]),
     "btf__find_by_name_kind": (c_int, [P, c_char_p, c_u32]),
     "btf__fd": (c_int, [P]),
+    "btf__load_from_kernel_by_id": (P, [c_u32]),
     "btf_dump__new": (P, [P, c_void_p, c_void_p, POINTER(btf_dump_opts)]),
     "btf_dump__dump_type": (c_int, [P, c_u32]),
     "btf_dump__free": (None, [P]),

@@ -218,6 +218,23 @@ class BTF:
             raise KeyError(f"no BTF type {what}'{name}'")
         return ids[0]
 
+    def enum(self, name: str, strip: str | None = None) -> dict:
+        """The enumerators of ``enum name`` as {name: value}, in declaration order: how
+        constants shared by C and Python reach Python. ``strip``: a prefix to remove, the
+        rest lower-cased (``strip="FS_"``: FS_WOULD_DROP -> would_drop). KeyError naming the
+        enum if the BTF lacks it (clang keeps an enum only where something typed uses it:
+        a field, a signature, or ebpfkit.h's EK_EXPORT_TYPE)."""
+        for kind in (Kind.ENUM, Kind.ENUM64):
+            try:
+                values = self._t(self.find(name, kind)).enumerators
+            except KeyError:
+                continue
+            if strip is None:
+                return {e.name: e.value for e in values}
+            return {e.name.removeprefix(strip).lower(): e.value for e in values}
+        raise KeyError(f"no enum '{name}' in BTF (clang drops an enum nothing typed uses: "
+                       f"type a field or a global with it)")
+
     def datasec(self, name: str) -> list:
         """Variables of section ``name`` (".rodata", ".bss", ".data", ...), by offset.
         Raises KeyError if the object has no such section."""
@@ -978,6 +995,27 @@ def raw_btf_data(btf_ptr) -> bytes:
     if not ptr:
         raise LoadError("libbpf could not serialize the BTF")
     return ctypes.string_at(ptr, size.value)
+
+
+_KERNEL_BTFS: dict = {}  # btf id -> BTF: a loaded object's BTF never changes
+
+
+def kernel_btf_by_id(btf_id: int) -> BTF:
+    """The BTF the kernel holds under ``btf_id`` (a loaded object's, which its maps and
+    programs name in their info), parsed once per process."""
+    from ._libbpf import errno, lib, strerror
+
+    btf = _KERNEL_BTFS.get(btf_id)
+    if btf is None:
+        ptr = lib.btf__load_from_kernel_by_id(btf_id)
+        if not ptr:
+            raise LoadError(f"cannot read BTF object {btf_id} from the kernel: {strerror(errno())}")
+        try:
+            btf = BTF.from_bytes(raw_btf_data(ptr))
+        finally:
+            lib.btf__free(ptr)
+        _KERNEL_BTFS[btf_id] = btf
+    return btf
 
 
 def raw_btf_of(path) -> bytes:

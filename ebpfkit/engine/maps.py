@@ -4,6 +4,10 @@
 methods later): ``m[key]``, ``m[key] = v``, ``del m[key]``, iteration, ``items()`` (batched
 where the kernel can), ``clear()``, per-CPU values with ``.sum()``, histograms and
 ``to_dataframe()``.
+
+``KernelMap`` is the same interface on a map the kernel holds by fd (a pin, an id, a dup of
+a loaded object's map), typed through the BTF the kernel keeps for it: what a persistent
+tool's later commands use, so no tool carries a copy of a C layout.
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ from collections.abc import Iterator
 from ..errors import MapError, NotSupportedError
 from . import _libbpf as L
 from .constants import BPF_ANY, PER_CPU_MAPS, MapType
-from .pinned import FdMap, map_type as _map_type, round8
+from .pinned import FdMap, info, map_type as _map_type, round8
+from .resource import Resource
 
 _ARRAYS = frozenset({MapType.ARRAY, MapType.PERCPU_ARRAY})
 _NO_KEY_MAPS = frozenset({MapType.RINGBUF, MapType.PERF_EVENT_ARRAY, MapType.QUEUE, MapType.STACK,
@@ -99,6 +104,11 @@ class Map(MutableMapping):
     # --- properties ---
 
     @property
+    def btf(self):
+        """The BTF of the object the map belongs to (None: created without)."""
+        return self._btf
+
+    @property
     def fd(self) -> int:
         if getattr(self._owner, "closed", False):  # libbpf freed the map with its object
             raise MapError(f"map '{self.name}' belongs to a closed object")
@@ -170,11 +180,19 @@ class Map(MutableMapping):
     def update(self, key, value, flags: int = BPF_ANY) -> None:
         self.raw.update(self._key_bytes(key), self._value_bytes(value), flags)
 
+    def update_many(self, pairs) -> None:
+        """Write many (key, value) pairs: one syscall per few thousand where the kernel can."""
+        self.raw.update_many([(self._key_bytes(k), self._value_bytes(v)) for k, v in pairs])
+
     def __delitem__(self, key) -> None:
+        if not self.delete(key):
+            raise KeyError(key)
+
+    def delete(self, key) -> bool:
+        """Remove ``key``; False if it was not there."""
         if self.type in _ARRAYS:
             raise MapError(f"array map '{self.name}' elements cannot be deleted; assign zero instead")
-        if not self.raw.delete(self._key_bytes(key)):
-            raise KeyError(key)
+        return self.raw.delete(self._key_bytes(key))
 
     def pop(self, key, *default):
         try:
@@ -280,6 +298,71 @@ class Map(MutableMapping):
         if isinstance(value, PerCpu):
             value = value.sum()
         return list(value[field] if field else value)
+
+
+class KernelMap(Map, Resource):
+    """A map by fd, keys and values typed through the BTF the kernel keeps with it
+    (bpf_map_info's btf_id and key/value type ids; ints and bytes for a map created without
+    BTF). Owns its fd: ``close()`` it, or use it as a context manager."""
+
+    def __init__(self, raw: FdMap):
+        from .btftypes import kernel_btf_by_id
+
+        meta = info(raw.fd, L.bpf_map_info)
+        self._raw, self._owner = raw, None
+        self.id, self.name, self.type = raw.id, raw.name, raw.type
+        self.key_size, self.value_size = raw.key_size, raw.value_size
+        self._btf = kernel_btf_by_id(meta.btf_id) if meta.btf_id else None
+        self._key_codec = self._codec(meta.btf_key_type_id, self.key_size)
+        self._value_codec = self._codec(meta.btf_value_type_id, self.value_size)
+        self.per_cpu, self._ncpus = raw.per_cpu, raw.ncpus
+        self._batch_ok = None
+
+    @classmethod
+    def open_pinned(cls, path: str, readonly: bool = False) -> "KernelMap":
+        """The map pinned at ``path`` (read-only if asked); PinError if it cannot be opened."""
+        return cls.owning(FdMap.open_pinned(path, readonly))
+
+    @classmethod
+    def by_id(cls, map_id: int) -> "KernelMap":
+        fd = L.lib.bpf_map_get_fd_by_id(map_id)
+        if fd < 0:
+            raise MapError(f"no map with id {map_id}: {os.strerror(-fd)}")
+        return cls.owning(FdMap(fd))
+
+    @classmethod
+    def of(cls, engine_map: Map) -> "KernelMap":
+        """A loaded object's map on a duplicate fd of its own (it outlives the object)."""
+        return cls.owning(FdMap.of(engine_map))
+
+    @classmethod
+    def owning(cls, raw: FdMap) -> "KernelMap":
+        """Typed over ``raw``, whose fd it takes over (closed here if typing it fails)."""
+        try:
+            return cls(raw)
+        except BaseException:
+            raw.close()
+            raise
+
+    @property
+    def fd(self) -> int:
+        if self._raw.fd < 0:
+            raise MapError(f"map '{self.name}' is closed")
+        return self._raw.fd
+
+    @property
+    def raw(self) -> FdMap:
+        return self._raw
+
+    @property
+    def max_entries(self) -> int:
+        return self._raw.max_entries
+
+    def close(self) -> None:
+        self._raw.close()
+
+    def __repr__(self):
+        return f"<KernelMap {self.name} id={self.id} {getattr(self.type, 'name', self.type)}>"
 
 
 def _total(value) -> int:

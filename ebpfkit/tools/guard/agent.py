@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import struct
 import sys
 import time
 
@@ -20,16 +19,10 @@ from ...engine import features
 from ...engine.pinned import link_info
 from ...output.logs import get_logger, setup_logging
 from ...output.settings import DEFAULT_LOG_BACKUP, DEFAULT_LOG_SIZE
-from ...policy import OPERATIONS, PolicyError, parse_guard_policy
+from ...policy import PolicyError, parse_guard_policy
 from . import core, logfile
 
-# struct guard_event (guard.h)
-EVENT = struct.Struct("=QQQIIIIiIII16s128s")
-HOOKS = {1: "file_open", 2: "file_permission", 3: "inode_unlink", 4: "inode_rename", 5: "inode_link",
-         6: "inode_setattr", 7: "path_truncate", 8: "mmap_file", 9: "task_kill",
-         10: "ptrace_access_check", 11: "bpf", 12: "bpf_map", 13: "bpf_prog", 14: "sb_umount",
-         15: "bprm_check_security", 16: "file_mprotect"}
-OP_NAMES = {**{v: k for k, v in OPERATIONS.items()}, 128: "kill", 256: "ptrace", 512: "bpf"}
+EVENT_TYPE = "struct guard_event"  # guard.h: the records of the `events` ring buffer
 # enum bpf_cmd values the bpf hook reports
 BPF_CMDS = {29: "BPF_LINK_UPDATE", 34: "BPF_LINK_DETACH"}
 POLL_MS, WATCH_SECONDS = 200, 1.0
@@ -44,22 +37,26 @@ def _exe(pid: int) -> str | None:
 
 
 class Logger:
-    """Ring buffer records -> JSON lines. ``labels``: {(dev, ino): path or {"object": path,
-    "matched": path}}; ``names``: {("link"|"prog"|"map", id): name} of the guard's objects."""
+    """Ring buffer records (struct guard_event, decoded through the object's BTF) -> JSON
+    lines. Hooks and operations are named by guard.h's enums in ``btf``. ``labels``:
+    {(dev, ino): path or {"object": path, "matched": path}}; ``names``:
+    {("link"|"prog"|"map", id): name} of the guard's objects."""
 
-    def __init__(self, log, labels: dict, boot_offset: float, names: dict | None = None):
+    def __init__(self, log, labels: dict, boot_offset: float, btf, names: dict | None = None):
         self.log, self.labels, self.boot_offset = log, labels, boot_offset
         self.names = names or {}
+        self.hooks = {v: n for n, v in btf.enum("guard_hook", strip="GUARD_HOOK_").items()}
+        self.operations = {v: n for n, v in btf.enum("guard_op", strip="GUARD_OP_").items()}
 
-    def __call__(self, raw: bytes) -> None:
-        (ts, dev, ino, pid, target, hook, op, verdict, sig, cmd, obj_id, comm,
-         name) = EVENT.unpack(raw[:EVENT.size])
-        ops = [n for bit, n in OP_NAMES.items() if op & bit]
-        hook_name = HOOKS.get(hook, str(hook))
-        record = {"time": round(self.boot_offset + ts / 1e9, 6), "event": "violation", "hook": hook_name,
-                  "pid": pid, "comm": comm.split(b"\0")[0].decode(errors="replace"), "exe": _exe(pid),
-                  "operation": ",".join(ops), "verdict": "denied" if verdict else "allowed (audit)"}
-        text = name.split(b"\0")[0].decode(errors="replace")
+    def __call__(self, ev) -> None:
+        dev, ino, pid, target, sig, cmd, obj_id = (ev.dev, ev.ino, ev.pid, ev.target_pid, ev.sig,
+                                                    ev.bpf_cmd, ev.obj_id)
+        ops = [n for bit, n in self.operations.items() if ev.op & bit]
+        hook_name = self.hooks.get(ev.hook, str(int(ev.hook)))
+        record = {"time": round(self.boot_offset + ev.ts_ns / 1e9, 6), "event": "violation",
+                  "hook": hook_name, "pid": pid, "comm": ev.comm, "exe": _exe(pid),
+                  "operation": ",".join(ops), "verdict": "denied" if ev.verdict else "allowed (audit)"}
+        text = ev.name
         if dev or ino:
             label = self.labels.get((dev, ino))
             if isinstance(label, str):
@@ -132,8 +129,8 @@ def start(policy_path: str, audit: bool):
     obj = load(mode, core.key_of(pins.path)[0])
     try:
         pins.pin_maps(obj)
-        maps = {name: obj.maps[name].raw for name in core.MAP_NAMES}
-        self_ids = obj.maps["self_ids"].raw
+        maps = {name: obj.maps[name] for name in core.MAP_NAMES}
+        self_ids = obj.maps["self_ids"]
         programs = [p for p in obj.programs.values() if p.autoload]
         names = {("prog", p.info().id): p.name for p in programs}
         # programs are registered before any hook runs, links as they are made
@@ -252,13 +249,13 @@ def main(argv=None) -> int:
         return 1
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
-    maps = {name: obj.maps[name].raw for name in core.MAP_NAMES}
+    maps = {name: obj.maps[name] for name in core.MAP_NAMES}
     defaults = (args.log_size, args.log_backup)
     log = logfile.RotatingLog(core.LOG_FILE, *log_limits(policy, defaults))
     try:
-        logger = Logger(log, labels, _boot_offset(), names)
+        logger = Logger(log, labels, _boot_offset(), obj.btf, names)
         watcher = Watcher(maps, logger, defaults)
-        reader = obj.ring_buffer("events", logger, decode=False)
+        reader = obj.ring_buffer("events", logger, event_type=EVENT_TYPE)
         ready("ok")
         marker = os.path.join(core.PIN_DIR, "link_guard_file_open")
         while not stopping and os.path.exists(marker):

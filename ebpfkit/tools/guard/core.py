@@ -25,12 +25,12 @@ import json
 import os
 import signal
 import stat
-import struct
 import time
 
 from ...errors import EbpfkitError, MapError
 from ...engine import features
-from ...engine.pinned import FdMap, PinError, detach_pinned_link, pinned_link_prog_id, prog_exists
+from ...engine.maps import KernelMap, Map
+from ...engine.pinned import PinError, detach_pinned_link, pinned_link_prog_id, prog_exists
 from ...engine.pinset import PinSet
 from ...policy import OPERATIONS, GuardPolicy
 from ...sysinfo.devices import kernel_dev_of_stat
@@ -45,15 +45,13 @@ STATE_FILE = os.path.join(STATE_DIR, "state.json")
 LOG_FILE = os.path.join(STATE_DIR, "guard.log")
 LOCK_FILE = os.path.join(STATE_DIR, "lock")
 
-KEY = struct.Struct("=QQ")         # struct guard_key
-SELF_KEY = struct.Struct("=II")    # struct guard_self_key
-VALUE = struct.Struct("=I")
-WORD = struct.Struct("=Q")
-TRUST_SELF, TRUST_INHERIT = 1, 2
+# The maps' keys and values are typed through their BTF (struct guard_key: {"dev", "ino"}).
+# The constants below are guard.h's #defines that resolving a policy needs (before any object
+# is loaded); filter_bit() is checked against guard_filter_bit() run in the kernel.
+TRUST_SELF, TRUST_INHERIT = 1, 2  # enum guard_trust
 SELF_SHIFT = 16  # GUARD_SELF_SHIFT: self-only operations of an ancestor
-SELF_PROG, SELF_LINK = 1, 2  # GUARD_SELF_*
 MAP_NAMES = ("protected", "filter", "trusted", "protected_exe", "generation")  # what apply() fills
-GEN_POLICY = 0  # GUARD_GEN_POLICY: bumped after each change of `protected`
+GEN_POLICY = 0  # enum guard_gen's GUARD_GEN_POLICY: bumped after each change of `protected`
 # GUARD_FILTER_*: the bitmap the BPF side checks before each hash lookup
 FILTER_BITS, FILTER_MULT = 20, 0x9E3779B97F4A7C15
 FILTER_WORDS = 1 << (FILTER_BITS - 6)
@@ -310,9 +308,9 @@ def filter_words(protected: dict) -> dict[int, int]:
 
 @contextlib.contextmanager
 def pinned(name: str, readonly: bool = False, purpose: str = "change the guard"):
-    """The guard's pinned map ``name`` as an FdMap, closed on exit."""
+    """The guard's pinned map ``name``, typed through its BTF, closed on exit."""
     try:
-        m = FdMap.open_pinned(os.path.join(PIN_DIR, name), readonly)
+        m = KernelMap.open_pinned(os.path.join(PIN_DIR, name), readonly)
     except PinError as exc:
         if exc.errno == 1:  # EPERM: the guard refuses its maps to untrusted subjects
             raise GuardError(f"denied: only a subject the running guard trusts may {purpose}; "
@@ -322,43 +320,48 @@ def pinned(name: str, readonly: bool = False, purpose: str = "change the guard")
         yield m
 
 
-def _update(m: FdMap, key: bytes, value: bytes) -> None:
+def _key(dev: int, ino: int) -> dict:
+    """A struct guard_key."""
+    return {"dev": dev, "ino": ino}
+
+
+def _update(m: Map, key, value) -> None:
     try:
         m.update(key, value)
     except MapError as exc:
-        if exc.errno == 7:  # E2BIG
+        if getattr(exc, "errno", None) == 7:  # E2BIG
             raise GuardError("the policy resolves to more entries than the guard's maps hold "
                              "(protected: 16384, trusted: 4096, processes: 1024)") from None
-        raise GuardError(f"cannot update guard map: {os.strerror(exc.errno)}") from None
+        errno = getattr(exc, "errno", None)
+        raise GuardError(f"cannot update guard map: {os.strerror(errno) if errno else exc}") from None
 
 
-def swap(m: FdMap, wanted: dict, between=None) -> None:
+def swap(m: Map, wanted: dict, between=None) -> None:
     """Make the map hold exactly ``wanted``: add and update first, delete stale keys last,
     so an object protected before and after is never unprotected in between. ``between``
     is called after the additions."""
     for (dev, ino), value in wanted.items():
-        _update(m, KEY.pack(dev, ino), VALUE.pack(value))
+        _update(m, _key(dev, ino), value)
     if between:
         between()
-    keep = {KEY.pack(*k) for k in wanted}
-    for raw in m.keys():
-        if raw not in keep:
-            m.delete(raw)
+    for key in list(m):
+        if (key.dev, key.ino) not in wanted:
+            m.delete(key)
 
 
-def _write_words(m: FdMap, words: dict[int, int], old: dict[int, int]) -> None:
+def _write_words(m: Map, words: dict[int, int], old: dict[int, int]) -> None:
     for idx in set(words) | set(old):
         if words.get(idx, 0) != old.get(idx, 0):
-            _update(m, VALUE.pack(idx), WORD.pack(words.get(idx, 0)))
+            _update(m, idx, words.get(idx, 0))
 
 
-def apply(res: Resolution, maps: dict[str, FdMap]) -> list[str]:
+def apply(res: Resolution, maps: dict[str, Map]) -> list[str]:
     """Fill the maps from ``res`` with no window: the filter gains the new keys' bits before
     they are added and loses the stale ones' only after those are deleted."""
     # trust first, protection last: a reload never denies a newly trusted program
     swap(maps["trusted"], res.trusted)
     swap(maps["protected_exe"], res.exe)
-    old = filter_words({KEY.unpack(k): VALUE.unpack(v)[0] for k, v in maps["protected"].items()})
+    old = filter_words({(k.dev, k.ino): v for k, v in maps["protected"].items()})
     new = filter_words(res.protected)
     union = {i: old.get(i, 0) | new.get(i, 0) for i in set(old) | set(new)}
     _write_words(maps["filter"], union, old)
@@ -369,19 +372,17 @@ def apply(res: Resolution, maps: dict[str, FdMap]) -> list[str]:
     return res.warnings
 
 
-def _bump(m: FdMap | None) -> None:
+def _bump(m: Map | None) -> None:
     if m is None:
         return
-    raw = m.lookup(VALUE.pack(GEN_POLICY))
-    generation = VALUE.unpack(raw)[0] if raw else 0
-    _update(m, VALUE.pack(GEN_POLICY), VALUE.pack((generation + 1) & 0xFFFFFFFF))
+    _update(m, GEN_POLICY, (m[GEN_POLICY] + 1) & 0xFFFFFFFF)
 
 
-def register_self(m: FdMap, prog_ids, link_ids) -> None:
+def register_self(m: Map, prog_ids, link_ids) -> None:
     """The guard's own programs and links, which untrusted subjects may not get or detach."""
-    for kind, ids in ((SELF_PROG, prog_ids), (SELF_LINK, link_ids)):
+    for kind, ids in (("GUARD_SELF_PROG", prog_ids), ("GUARD_SELF_LINK", link_ids)):
         for i in ids:
-            _update(m, SELF_KEY.pack(kind, i), VALUE.pack(1))
+            _update(m, {"kind": kind, "id": i}, 1)  # struct guard_self_key, its kind by name
 
 
 # --- policy reloads ---------------------------------------------------------------------
@@ -475,15 +476,10 @@ def counters() -> dict:
     out = {}
     with pinned("counters", readonly=True) as m:
         for idx, name in enumerate(("denied", "audited")):
-            out[name] = _per_cpu_sum(m, idx)
+            out[name] = m[idx].sum()
     with pinned("events_lost", readonly=True) as m:
-        out["lost"] = _per_cpu_sum(m, 0)
+        out["lost"] = m[0].sum()
     return out
-
-
-def _per_cpu_sum(m: FdMap, idx: int) -> int:
-    raw = m.lookup(struct.pack("=I", idx))
-    return sum(struct.unpack("=Q", v)[0] for v in m.per_cpu_values(raw)) if raw else 0
 
 
 def agent_alive(pid) -> bool:

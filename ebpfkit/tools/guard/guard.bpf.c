@@ -38,8 +38,6 @@
 
 #define PTRACE_MODE_ATTACH 0x02
 
-#define TRUST_SELF 1
-#define TRUST_INHERIT 2
 
 const volatile bool targ_audit = false;
 const volatile __u32 targ_agent_tgid = 0; /* the logging agent: trusted, protected */
@@ -119,6 +117,10 @@ struct {
 
 EK_RINGBUF(events, 256 * 1024);
 EK_EXPORT_TYPE(struct guard_event);
+/* enums user space reads from BTF, or checks its own copies against (core.py, a test) */
+EK_EXPORT_TYPE(enum guard_op);
+EK_EXPORT_TYPE(enum guard_gen);
+EK_EXPORT_TYPE(enum guard_trust);
 
 static __always_inline struct guard_key inode_key(struct inode *inode)
 {
@@ -132,8 +134,7 @@ static __always_inline struct guard_key inode_key(struct inode *inode)
 /* false: certainly not in `protected`; true: maybe (look it up) */
 static __always_inline bool filter_hit(struct guard_key *key)
 {
-	__u64 h = (key->ino ^ (key->dev << 32)) * GUARD_FILTER_MULT;
-	__u32 bit = h >> (64 - GUARD_FILTER_BITS);
+	__u32 bit = guard_filter_bit(key);
 	__u32 idx = bit >> 6;
 	__u64 *word = bpf_map_lookup_elem(&filter, &idx);
 
@@ -252,7 +253,7 @@ static __always_inline __u32 dentry_ops(struct dentry *dentry, struct guard_key 
 }
 
 /* count, log (best effort) and return the verdict for one violation */
-static __always_inline int report(__u32 hook, __u32 op, struct guard_key *key, const void *name,
+static __always_inline int report(enum guard_hook hook, __u32 op, struct guard_key *key, const void *name,
 				  __u32 target, __u32 sig, __u32 cmd, __u32 obj_id)
 {
 	__u32 idx = targ_audit ? 1 : 0;
@@ -285,7 +286,7 @@ static __always_inline int report(__u32 hook, __u32 op, struct guard_key *key, c
 }
 
 /* deny (and log) the operations of `op` that the dentry's protection denies */
-static __always_inline int check(__u32 hook, __u32 op, struct dentry *dentry)
+static __always_inline int check(enum guard_hook hook, __u32 op, struct dentry *dentry)
 {
 	struct guard_key key = {};
 	__u32 ops;
@@ -469,7 +470,7 @@ int BPF_PROG(guard_bprm_check_security, struct linux_binprm *bprm, int ret)
 {
 	if (ret)
 		return ret;
-	return check(GUARD_HOOK_BPRM_CHECK, GUARD_OP_EXEC, bprm->file->f_path.dentry);
+	return check(GUARD_HOOK_BPRM_CHECK_SECURITY, GUARD_OP_EXEC, bprm->file->f_path.dentry);
 }
 
 /* exec: trust follows the new executable, or the parent's inherited trust. Task storage is
@@ -487,7 +488,7 @@ int BPF_PROG(guard_bprm_committed_creds, struct linux_binprm *bprm)
 			t = bpf_task_storage_get(&task_trust, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 		if (t)
 			*t = *v;
-	} else if (t && !(*t & TRUST_INHERIT)) {
+	} else if (t && !(*t & GUARD_TRUST_INHERIT)) {
 		*t = 0; /* plain trust ends at exec of an untrusted binary */
 	}
 	return 0;
@@ -559,7 +560,7 @@ int BPF_PROG(guard_ptrace_access_check, struct task_struct *child, unsigned int 
 		return ret;
 	if (!task_protected(child) || current_trusted())
 		return 0;
-	return report(GUARD_HOOK_PTRACE, GUARD_OP_PTRACE, 0, 0, child->tgid, 0, 0, 0);
+	return report(GUARD_HOOK_PTRACE_ACCESS_CHECK, GUARD_OP_PTRACE, 0, 0, child->tgid, 0, 0, 0);
 }
 
 /* --- self-protection ------------------------------------------------------------------ */

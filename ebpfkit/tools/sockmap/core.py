@@ -18,8 +18,9 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from ...engine import links, pinned
+from ...engine import pinned
 from ...engine.constants import AttachType
+from ...engine.maps import KernelMap
 from ...engine.pinset import COMPLETE, STALE, PinSet
 from ...errors import AttachError
 from ...sysinfo.cgroups import cgroup_path
@@ -104,14 +105,19 @@ class Accelerator:
             raise
         return self
 
-    def map(self, name: str) -> pinned.FdMap:
-        return self.obj.maps[name].raw
+    def map(self, name: str):
+        return self.obj.maps[name]
+
+    @property
+    def btf(self):
+        """The object's BTF: the layouts of its maps' keys and values."""
+        return self.obj.btf
 
     def stats(self) -> dict[str, int]:
         return M.read_stats(self.map("stats"))
 
     def sockets(self) -> list[dict]:
-        return M.read_sockets(*map(self.map, M.SOCK_MAPS))
+        return M.read_sockets(self.btf, *map(self.map, M.SOCK_MAPS))
 
     def keys(self) -> set[bytes]:
         return M.raw_keys(*map(self.map, M.SOCK_MAPS))
@@ -186,9 +192,15 @@ class Enablement:
         shows as such)."""
         return self.pins.state() in (COMPLETE, STALE)
 
-    def _map(self, name: str) -> pinned.FdMap:
+    @property
+    def btf(self):
+        """The BTF of the object whose maps are pinned here (sockmap.h's layouts)."""
+        with self._map("info") as info:
+            return info.btf
+
+    def _map(self, name: str) -> KernelMap:
         try:
-            return self.pins.open_map(name)
+            return KernelMap.owning(self.pins.open_map(name))
         except pinned.PinError as exc:
             raise AttachError(f"sockmap pin {self.directory}/{name} is missing: "
                               f"{os.strerror(exc.errno)}") from None
@@ -204,7 +216,7 @@ class Enablement:
 
     def sockets(self) -> list[dict]:
         with self._sock_maps() as maps:
-            return M.read_sockets(*maps)
+            return M.read_sockets(self.btf, *maps)
 
     def keys(self) -> set[bytes]:
         with self._sock_maps() as maps:

@@ -14,7 +14,10 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
+#include "ebpfkit.h"
 #include "sockmap.h"
+
+EK_EXPORT_TYPE(enum sockmap_stat); /* the counters' names, read by sockmap/maps.py from BTF */
 
 #define AF_INET 2
 #define AF_INET6 10

@@ -1,20 +1,24 @@
-"""The XDP programs' per-CPU counters: {u64 packets; u64 bytes} per rule, backend or action."""
+"""The XDP programs' per-CPU counters, struct {packets; bytes} per rule, backend or action,
+read through the maps' BTF; and the names of counter slots, from the program's enums."""
 
 from __future__ import annotations
 
-import struct
-
-from ...engine.pinned import FdMap
-
-COUNTER = struct.Struct("<QQ")
+ZERO = {"packets": 0, "bytes": 0}
 
 
-def per_cpu_counter(m: FdMap, raw: bytes | None) -> tuple[int, int]:
-    """(packets, bytes) summed over CPUs from one per-CPU counter value (None: zero)."""
-    if raw is None:
-        return 0, 0
-    pk = by = 0
-    for v in m.per_cpu_values(raw):
-        p, b = COUNTER.unpack(v)
-        pk, by = pk + p, by + b
-    return pk, by
+def counter(m, slot: int) -> tuple[int, int]:
+    """(packets, bytes) of ``slot`` of the per-CPU counter array ``m``, summed over CPUs."""
+    return as_pair(m[slot])
+
+
+def as_pair(value) -> tuple[int, int]:
+    """(packets, bytes) of one per-CPU counter value."""
+    total = value.sum()
+    return total.packets, total.bytes
+
+
+def slot_names(m, enum: str, prefix: str) -> tuple[str, ...]:
+    """The slots of counter array ``m`` as the program's ``enum`` names them, in value order
+    (FS_WOULD_DROP -> would_drop), without the count that ends it (FS_MAX, LB_MAX)."""
+    names = m.btf.enum(enum, strip=prefix)
+    return tuple(n for n, _ in sorted(names.items(), key=lambda nv: nv[1]) if n != "max")

@@ -10,23 +10,18 @@ rules while it runs (see the program's header comment for the double-buffered ta
 from __future__ import annotations
 
 import os
-import struct
 from dataclasses import dataclass
 
+from ...engine.maps import PerCpu
 from . import pins
-from .counters import COUNTER, per_cpu_counter
+from .counters import ZERO, as_pair, counter, slot_names
 from .rules import TABLES, Rule, RuleError, check_rules, decode_entries, entries, table_flags
-from .tables import Tables
+from .tables import Tables, mode_enumerator, mode_name
 
 PROGRAM = os.path.join(os.path.dirname(__file__), "xdp_filter.bpf.c")
 DEFAULT_MAX_RULES = 65536
-MODES = {"auto": 0, "native": 1, "generic": 2}
-SLOTS = ("passed", "dropped", "would_drop", "malformed", "control")  # of the program's `totals`
 TOTALS = ("passed", "dropped", "would_drop", "matched", "malformed", "control")
 RETIRED = 0  # the rule_stats slot keeping the counts of deleted rules
-CONF = struct.Struct("<IIII")
-U32 = struct.Struct("<I")
-U64 = struct.Struct("<Q")
 _CONTROL_MAPS = ("active", "set_gen", "barrier", "filter_conf", "rule_stats", "totals")
 MAP_NAMES = tuple(f"{t}_{s}" for t in TABLES for s in "ab") + _CONTROL_MAPS
 
@@ -43,10 +38,6 @@ class FilterConfig:
                 "max_rules": self.max_rules, "mode": self.mode}
 
 
-def _key(i: int) -> bytes:
-    return U32.pack(i)
-
-
 class FilterTables(Tables):
     """The maps of one filter (its own fds): rules, counters, configuration."""
 
@@ -58,13 +49,13 @@ class FilterTables(Tables):
     # --- configuration ---
 
     def write_config(self, conf: FilterConfig) -> None:
-        self.maps["filter_conf"].update(_key(0), CONF.pack(conf.default_deny, conf.dry_run,
-                                                           conf.max_rules, MODES[conf.mode]))
+        self.maps["filter_conf"][0] = {"default_deny": conf.default_deny, "dry_run": conf.dry_run,
+                                       "max_rules": conf.max_rules, "xdp_mode": mode_enumerator(conf.mode)}
 
     def config(self) -> FilterConfig:
-        deny, dry, max_rules, mode = CONF.unpack(self.maps["filter_conf"].lookup(_key(0)))
-        names = {v: k for k, v in MODES.items()}
-        return FilterConfig(bool(deny), bool(dry), max_rules, names.get(mode, "auto"))
+        conf = self.maps["filter_conf"][0]
+        return FilterConfig(bool(conf.default_deny), bool(conf.dry_run), conf.max_rules,
+                            mode_name(conf.xdp_mode))
 
     @property
     def max_rules(self) -> int:
@@ -73,15 +64,15 @@ class FilterTables(Tables):
     # --- the two sets ---
 
     def active_set(self) -> int:
-        return U32.unpack(self.maps["active"].lookup(_key(0)))[0] & 1
+        return self.maps["active"][0] & 1
 
     def _gen(self, s: int) -> int:
-        return U64.unpack(self.maps["set_gen"].lookup(_key(s)))[0]
+        return self.maps["set_gen"][s]
 
     def _set_gen(self, s: int, gen: int) -> None:
-        self.maps["set_gen"].update(_key(s), U64.pack(gen))
+        self.maps["set_gen"][s] = gen
 
-    def _set_entries(self, s: int) -> list[tuple[str, bytes, bytes]]:
+    def _set_entries(self, s: int) -> list[tuple[str, dict, dict]]:
         suffix = "ab"[s]
         return [(t, k, v) for t in TABLES for k, v in self.maps[f"{t}_{suffix}"].items()]
 
@@ -106,10 +97,10 @@ class FilterTables(Tables):
     def barrier(self) -> None:
         """Return once no XDP program that may have read the old ``active`` is still running:
         updating a map-in-map element waits for an RCU grace period."""
-        self.maps["barrier"].update(_key(0), U32.pack(self.maps["active"].fd))
+        self.maps["barrier"][0] = self.maps["active"].fd
 
     def _flip(self, to: int, flags: int) -> None:
-        self.maps["active"].update(_key(0), U32.pack(to | flags))
+        self.maps["active"][0] = to | flags
         self.barrier()
 
     def _resync(self) -> int:
@@ -133,7 +124,7 @@ class FilterTables(Tables):
             self._write(s, add, [])
             self._set_gen(s, 1)
         self._set_gen(2, len(rules))
-        self.maps["active"].update(_key(0), U32.pack(table_flags(rules)))
+        self.maps["active"][0] = table_flags(rules)
         return ids
 
     def _check_room(self, count: int) -> None:
@@ -166,7 +157,7 @@ class FilterTables(Tables):
         add_e = [e for rid, r in zip(ids, add) for e in entries(r, rid)]
         del_e = [e for rid in delete for e in entries(existing[rid], rid)]
         stats = self.maps["rule_stats"]
-        stats.update_many([(_key(rid), COUNTER.pack(0, 0)) for rid in ids])
+        stats.update_many([(rid, ZERO) for rid in ids])
         other, gen = 1 - cur, self._gen(cur) + 1
         self._write(other, add_e, del_e)
         self._set_gen(other, gen)
@@ -186,8 +177,9 @@ class FilterTables(Tables):
         counts = self.rule_counters([RETIRED, *ids]).values()
         packets, nbytes = sum(c[0] for c in counts), sum(c[1] for c in counts)
         # the sum in the first CPU's value, nothing in the others'
-        stats.update(_key(RETIRED), COUNTER.pack(packets, nbytes).ljust(stats.value_buf_size, b"\0"))
-        stats.update_many([(_key(rid), COUNTER.pack(0, 0)) for rid in ids])
+        first = {"packets": packets, "bytes": nbytes}
+        stats[RETIRED] = PerCpu([first] + [ZERO] * (stats.raw.ncpus - 1))
+        stats.update_many([(rid, ZERO) for rid in ids])
 
     def _new_ids(self, count: int, existing) -> list[int]:
         """Ids after the last one handed out (wrapping), never one in use: an id being
@@ -227,11 +219,9 @@ class FilterTables(Tables):
         stats = self.maps["rule_stats"]
         ids = list(ids)
         if len(ids) > 512:
-            raw = dict(stats.items())
-            values = {rid: raw.get(_key(rid)) for rid in ids}
-        else:
-            values = {rid: stats.lookup(_key(rid)) for rid in ids}
-        return {rid: per_cpu_counter(stats, v) for rid, v in values.items()}
+            values = dict(stats.items())
+            return {rid: as_pair(values[rid]) if rid in values else (0, 0) for rid in ids}
+        return {rid: counter(stats, rid) for rid in ids}
 
     def totals(self, counters: dict | None = None) -> dict[str, tuple[int, int]]:
         """(packets, bytes) per action taken, and why. The program counts a packet no rule
@@ -239,7 +229,7 @@ class FilterTables(Tables):
         packet). Matched packets all take the action opposite the default, so their sum is
         added there. ``counters``: rule_counters() of every rule in effect, if already read."""
         m = self.maps["totals"]
-        counts = {name: per_cpu_counter(m, m.lookup(_key(i))) for i, name in enumerate(SLOTS)}
+        counts = {name: counter(m, i) for i, name in enumerate(slot_names(m, "filter_stat", "FS_"))}
         if counters is None:
             counters = self.rule_counters(self.rules())
         matched = [*counters.values(), self.rule_counters([RETIRED])[RETIRED]]

@@ -18,36 +18,25 @@ import re
 import socket
 import struct
 import time
-from array import array
 from dataclasses import dataclass
 
 from ...errors import EbpfkitError
 from . import maglev, pins
-from .counters import COUNTER, per_cpu_counter
+from .counters import ZERO, counter, slot_names
 from .rules import parse_proto, proto_name
-from .tables import Tables
+from .tables import Tables, mode_enumerator, mode_name
 
 PROGRAM = os.path.join(os.path.dirname(__file__), "xdp_lb.bpf.c")
 DEFAULT_MAX_BACKENDS = 256
 DEFAULT_FLOWS = 65536
-MODES = {"auto": 0, "native": 1, "generic": 2}
-TOTALS = ("forwarded", "tx", "redirect", "passed", "no_backend", "malformed", "flow_hit",
-          "flow_miss")
 MAP_NAMES = ("backends", "table_a", "table_b", "lb_active", "barrier", "flows", "tx_ports",
              "backend_stats", "lb_totals", "lb_conf")
-BACKEND = struct.Struct("<16s6s6sIIIBBH")
-CONF = struct.Struct("<16sHBBIII")
-U32 = struct.Struct("<I")
 
 
 class LbError(EbpfkitError):
     """A VIP or backend that cannot be used as given: a usage error."""
 
     exit_code = 2
-
-
-def _key(i: int) -> bytes:
-    return U32.pack(i)
 
 
 # --- what the user gives -------------------------------------------------------------------------
@@ -120,7 +109,8 @@ def parse_backend(text: str) -> BackendSpec:
 
 
 def flow_hash(src: str, dst: str, sport: int, dport: int, proto: int = 6) -> int:
-    """The program's flow hash of a 5-tuple (murmur3 mixing of the lb_flow_key words)."""
+    """The program's flow hash of a 5-tuple: lb_flow_hash() of xdp_lb.h (murmur3 mixing of
+    the struct lb_flow_key words), checked against it run in the kernel by a test."""
     s, d = ipaddress.ip_address(src), ipaddress.ip_address(dst)
     key = (s.packed.ljust(16, b"\0") + d.packed.ljust(16, b"\0")
            + struct.pack("<HHBBH", sport, dport, proto, s.version, 0))
@@ -159,16 +149,23 @@ class Backend:
     def name(self) -> str:
         return str(self.addr)
 
-    def pack(self) -> bytes:
-        return BACKEND.pack(self.addr.packed.ljust(16, b"\0"), _mac_bytes(self.dmac),
-                            _mac_bytes(self.smac), self.ifindex, self.weight, self.gen,
-                            self.addr.version, int(self.active), 0)
+    def value(self) -> dict:
+        """Its struct lb_backend (xdp_lb.h), as the map's BTF encodes it."""
+        return {"addr": self.addr.packed, "dmac": _mac_bytes(self.dmac), "smac": _mac_bytes(self.smac),
+                "ifindex": self.ifindex, "weight": self.weight, "gen": self.gen,
+                "family": self.addr.version, "active": int(self.active)}
 
     @classmethod
-    def unpack(cls, slot: int, raw: bytes) -> "Backend":
-        addr, dmac, smac, ifindex, weight, gen, family, active, _ = BACKEND.unpack(raw[:BACKEND.size])
-        ip = ipaddress.ip_address(addr[:4] if family == 4 else addr) if family in (4, 6) else None
-        return cls(ip, weight, dmac.hex(":"), smac.hex(":"), ifindex, slot, gen, bool(active))
+    def of_value(cls, slot: int, v) -> "Backend":
+        """The backend in slot ``slot`` from its decoded struct lb_backend."""
+        ip = _address(v.addr, v.family) if v.family in (4, 6) else None
+        return cls(ip, v.weight, bytes(v.dmac).hex(":"), bytes(v.smac).hex(":"), v.ifindex, slot, v.gen,
+                   bool(v.active))
+
+
+def _address(addr, family: int):
+    """An address from a __u8[16] field holding IPv4 in its first 4 bytes."""
+    return ipaddress.ip_address(bytes(addr[:4] if family == 4 else addr))
 
 
 def _mac_bytes(mac: str) -> bytes:
@@ -252,7 +249,7 @@ class LbTables(Tables):
     def _set_tx_port(self, slot: int, ifindex: int) -> None:
         """A devmap entry names a device by ifindex, which the kernel resolves in the namespace
         of the thread writing it: write it from the interface's namespace."""
-        update = lambda: self.maps["tx_ports"].update(_key(slot), U32.pack(ifindex))  # noqa: E731
+        update = lambda: self.maps["tx_ports"].update(slot, ifindex)  # noqa: E731
         if self.netns:
             from ...net import in_netns
 
@@ -263,16 +260,15 @@ class LbTables(Tables):
     # --- configuration ---
 
     def write_config(self, vip: Vip, mode: str) -> None:
-        self.maps["lb_conf"].update(_key(0), CONF.pack(
-            vip.addr.packed.ljust(16, b"\0"), vip.port, vip.proto, vip.addr.version,
-            self.table_size, self.max_backends, MODES[mode]))
+        self.maps["lb_conf"][0] = {"vip": vip.addr.packed, "port": vip.port, "proto": vip.proto,
+                                   "family": vip.addr.version, "table_size": self.table_size,
+                                   "max_backends": self.max_backends, "xdp_mode": mode_enumerator(mode)}
 
     def config(self) -> dict:
-        addr, port, proto, family, size, max_b, mode = CONF.unpack(self.maps["lb_conf"].lookup(_key(0)))
-        vip = Vip(ipaddress.ip_address(addr[:4] if family == 4 else addr), port, proto)
-        modes = {v: k for k, v in MODES.items()}
-        return {"vip": str(vip), "table_size": size, "max_backends": max_b,
-                "mode": modes.get(mode, "auto")}
+        conf = self.maps["lb_conf"][0]
+        vip = Vip(_address(conf.vip, conf.family), conf.port, conf.proto)
+        return {"vip": str(vip), "table_size": conf.table_size, "max_backends": conf.max_backends,
+                "mode": mode_name(conf.xdp_mode)}
 
     @property
     def table_size(self) -> int:
@@ -288,7 +284,7 @@ class LbTables(Tables):
         """Every slot ever used (active or not), by slot."""
         out = {}
         for k, v in self.maps["backends"].items():
-            b = Backend.unpack(U32.unpack(k)[0], v)
+            b = Backend.of_value(k, v)
             if b.gen:
                 out[b.slot] = b
         return out
@@ -298,13 +294,13 @@ class LbTables(Tables):
 
     def table(self) -> list[int]:
         """The Maglev table in use: the backend slot of each entry."""
-        active = U32.unpack(self.maps["lb_active"].lookup(_key(0)))[0] & 1
-        raw = dict(self.maps["table_b" if active else "table_a"].items())
-        return [U32.unpack(raw[_key(i)])[0] for i in range(self.table_size)]
+        active = self.maps["lb_active"][0] & 1
+        slots = dict(self.maps["table_b" if active else "table_a"].items())
+        return [slots[i] for i in range(self.table_size)]
 
     def barrier(self) -> None:
         """Wait until no program that read the old table is still running (see filter.py)."""
-        self.maps["barrier"].update(_key(0), U32.pack(self.maps["lb_active"].fd))
+        self.maps["barrier"][0] = self.maps["lb_active"].fd
 
     def change(self, add: list[Backend] = (), delete: list[str] = (), xdp_ifindex: int = 0) -> None:
         """Add and delete backends, rebuild the Maglev table and swap it in at once."""
@@ -335,41 +331,36 @@ class LbTables(Tables):
             placed.append(Backend(b.addr, b.weight, b.dmac, b.smac, b.ifindex, slot, gen, True))
         # new backends first: nothing points at their slots until the table does
         for b in placed:
-            self.maps["backend_stats"].update(_key(b.slot), COUNTER.pack(0, 0))
+            self.maps["backend_stats"][b.slot] = ZERO
             if xdp_ifindex and b.ifindex != xdp_ifindex:
                 self._set_tx_port(b.slot, b.ifindex)
-            self.maps["backends"].update(_key(b.slot), b.pack())
+            self.maps["backends"][b.slot] = b.value()
         keep = [b for b in live.values() if b.name not in delete]
         self._swap_table(keep + placed)
         for name in delete:  # flows cached on them are re-hashed from now on
             b = live[name]
             gone = Backend(b.addr, b.weight, b.dmac, b.smac, b.ifindex, b.slot, b.gen, False)
-            self.maps["backends"].update(_key(b.slot), gone.pack())
-            self.maps["tx_ports"].delete(_key(b.slot))
+            self.maps["backends"][b.slot] = gone.value()
+            self.maps["tx_ports"].delete(b.slot)
 
     def _swap_table(self, backends: list[Backend]) -> None:
         names = maglev.build_table([(b.name, b.weight) for b in backends], self.table_size)
         slot_of = {b.name: b.slot for b in backends}
-        active = U32.unpack(self.maps["lb_active"].lookup(_key(0)))[0] & 1
+        active = self.maps["lb_active"][0] & 1
         target = self.maps["table_a" if active else "table_b"]
-        n = self.table_size
-        keys = array("I", range(n)).tobytes()
-        values = array("I", (slot_of[name] for name in names)).tobytes()
-        if not target.update_packed(keys, values, n):
-            for i in range(n):
-                target.update(keys[4 * i:4 * i + 4], values[4 * i:4 * i + 4])
-        self.maps["lb_active"].update(_key(0), U32.pack(1 - active))
+        target.update_many(enumerate(slot_of[name] for name in names))
+        self.maps["lb_active"][0] = 1 - active
         self.barrier()
 
     # --- counters ---
 
     def backend_counters(self) -> dict[int, tuple[int, int]]:
         m = self.maps["backend_stats"]
-        return {b.slot: per_cpu_counter(m, m.lookup(_key(b.slot))) for b in self.backends()}
+        return {b.slot: counter(m, b.slot) for b in self.backends()}
 
     def totals(self) -> dict[str, tuple[int, int]]:
         m = self.maps["lb_totals"]
-        return {name: per_cpu_counter(m, m.lookup(_key(i))) for i, name in enumerate(TOTALS)}
+        return {name: counter(m, i) for i, name in enumerate(slot_names(m, "lb_stat", "LB_"))}
 
 
 # --- loading and attaching -----------------------------------------------------------------------

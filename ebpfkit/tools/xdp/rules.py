@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import ipaddress
 import re
-import struct
 from dataclasses import dataclass, field
 
 from ...errors import EbpfkitError
@@ -30,17 +29,13 @@ PROTOCOLS = {"icmp": 1, "tcp": 6, "udp": 17, "gre": 47, "esp": 50, "ah": 51, "ic
 PROTO_NAMES = {1: "icmp", 6: "tcp", 17: "udp", 47: "gre", 50: "esp", 51: "ah", 58: "icmpv6",
                132: "sctp", 136: "udplite"}
 PORT_PROTOCOLS = (6, 17, 132, 136)  # what "a port, any protocol" means
-PORT_NONE, PORT_DST, PORT_SRC = 0, 1, 2
 TABLES = ("src4", "dst4", "src6", "dst6", "ports")
 
-# struct layouts of xdp_filter.h
-LPM4 = struct.Struct("<I4s")
-LPM6 = struct.Struct("<I16s")
-RULE_VAL = struct.Struct("<IBBH")
-PORT_KEY = struct.Struct("<BBH")
-
-
-# active_bits of xdp_filter.h
+# Rules are checked and turned into map entries before any program is loaded, so these
+# constants of xdp_filter.h are needed without its BTF: a test compares them with the
+# object's enums (rule_port_dir, active_bits). Map keys and values are dicts of the
+# header's struct fields, encoded through the maps' BTF.
+PORT_NONE, PORT_DST, PORT_SRC = 0, 1, 2
 HAS_SRC4, HAS_DST4, HAS_SRC6, HAS_DST6 = 1 << 1, 1 << 2, 1 << 3, 1 << 4
 HAS_PORT_DST, HAS_PORT_SRC, HAS_PROTO = 1 << 5, 1 << 6, 1 << 7
 _CIDR_FLAGS = {(True, 4): HAS_SRC4, (False, 4): HAS_DST4, (True, 6): HAS_SRC6, (False, 6): HAS_DST6}
@@ -300,35 +295,33 @@ def load_rule_file(path: str) -> RuleFile:
 
 # --- map entries -------------------------------------------------------------------------------
 
-def entries(rule: Rule, rule_id: int) -> list[tuple[str, bytes, bytes]]:
-    """(table, key, value) for each map element the rule needs."""
-    value = RULE_VAL.pack(rule_id, rule.proto or 0, rule.port_dir, rule.port or 0)
+def entries(rule: Rule, rule_id: int) -> list[tuple[str, dict, dict]]:
+    """(table, key, value) for each map element the rule needs: struct lpm4_key/lpm6_key or
+    port_key, and struct rule_val, as dicts of their fields."""
+    value = {"id": rule_id, "proto": rule.proto or 0, "port_dir": rule.port_dir, "port": rule.port or 0}
     net = rule.cidr
     if net is not None:
-        fam = "4" if net.version == 4 else "6"
-        table = ("src" if rule.src is not None else "dst") + fam
-        key = (LPM4 if fam == "4" else LPM6).pack(net.prefixlen, net.network_address.packed)
-        return [(table, key, value)]
+        table = ("src" if rule.src is not None else "dst") + ("4" if net.version == 4 else "6")
+        return [(table, {"prefixlen": net.prefixlen, "addr": net.network_address.packed}, value)]
     protos = [rule.proto] if rule.proto is not None else list(PORT_PROTOCOLS)
-    return [("ports", PORT_KEY.pack(p, rule.port_dir, rule.port or 0), value) for p in protos]
+    return [("ports", {"proto": p, "dir": rule.port_dir, "port": rule.port or 0}, value) for p in protos]
 
 
-def decode_entries(items: list[tuple[str, bytes, bytes]]) -> dict[int, Rule]:
+def decode_entries(items: list[tuple[str, dict, dict]]) -> dict[int, Rule]:
     """The rules behind table entries (the inverse of ``entries``), by rule id."""
     by_id: dict[int, list] = {}
     for table, key, value in items:
-        rid, proto, port_dir, port = RULE_VAL.unpack(value)
-        by_id.setdefault(rid, []).append((table, key, proto, port_dir, port))
+        by_id.setdefault(value["id"], []).append((table, key, value))
     rules = {}
     for rid, parts in by_id.items():
-        table, key, proto, port_dir, port = parts[0]
+        table, key, value = parts[0]
+        proto, port_dir, port = value["proto"], value["port_dir"], value["port"]
         fields: dict = {}
         if table == "ports":
-            protos = sorted(PORT_KEY.unpack(k)[0] for _, k, *_ in parts)
+            protos = sorted(k["proto"] for _, k, _ in parts)
             fields["proto"] = None if protos == sorted(PORT_PROTOCOLS) and port_dir else protos[0]
         else:
-            plen, addr = (LPM4 if table.endswith("4") else LPM6).unpack(key)
-            fields[table[:3]] = ipaddress.ip_network((addr, plen))
+            fields[table[:3]] = ipaddress.ip_network((bytes(key["addr"]), key["prefixlen"]))
             fields["proto"] = proto or None
         if port_dir == PORT_DST:
             fields["dport"] = port

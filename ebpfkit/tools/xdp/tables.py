@@ -1,4 +1,4 @@
-"""The maps of one XDP program as a set: the live object's (duplicated fds, so they outlive
+"""The maps of one XDP program as a set, typed through their BTF: the live object's (duplicated fds, so they outlive
 it), those pinned in its directory by an earlier command, or those of a foreground run
 found by its program's id. A program's tables class names its maps; opening is all or
 nothing."""
@@ -6,9 +6,19 @@ nothing."""
 from __future__ import annotations
 
 from ...engine import pinned, pinset
-from ...engine.pinned import FdMap
+from ...engine.maps import KernelMap
 from ...errors import EbpfkitError
 from . import pins
+
+
+def mode_enumerator(mode: str) -> str:
+    """The enum ek_xdp_mode (xdp_mode.h) enumerator of an attach mode: native -> EK_XDP_MODE_NATIVE."""
+    return f"EK_XDP_MODE_{mode.upper()}"
+
+
+def mode_name(value) -> str:
+    """The attach mode a decoded enum ek_xdp_mode names (auto for a value it does not know)."""
+    return value.name.removeprefix("EK_XDP_MODE_").lower() if value.name else "auto"
 
 
 class Tables:
@@ -17,7 +27,7 @@ class Tables:
     COMMAND = ""          # its `ebpfkit xdp` subcommand, for hints
     PROGRAM = ""          # its XDP program's name
 
-    def __init__(self, maps: dict[str, FdMap], path: str | None = None):
+    def __init__(self, maps: dict[str, KernelMap], path: str | None = None):
         missing = [n for n in self.MAP_NAMES if n not in maps]
         if missing:
             for m in maps.values():
@@ -27,7 +37,7 @@ class Tables:
 
     @classmethod
     def of_object(cls, obj, **extra):
-        return cls({n: FdMap.of(obj.maps[n]) for n in cls.MAP_NAMES}, **extra)
+        return cls({n: KernelMap.of(obj.maps[n]) for n in cls.MAP_NAMES}, **extra)
 
     @classmethod
     def open_set(cls, pins, **extra):
@@ -36,7 +46,7 @@ class Tables:
         try:
             for n in cls.MAP_NAMES:
                 if n in pins.names():
-                    maps[n] = pins.open_map(n)
+                    maps[n] = KernelMap.owning(pins.open_map(n))
         except BaseException:
             for m in maps.values():
                 m.close()
@@ -56,10 +66,10 @@ class Tables:
             raise pins.NotAttachedError(f"no ebpfkit {cls.KIND} is attached to {iface.where} "
                                         f"(nothing pinned at {found.path}, no foreground run)",
                                         hint=f"attach one with `ebpfkit xdp {cls.COMMAND} attach`")
-        maps = pinned.program_maps(prog)
-        for name in set(maps) - set(cls.MAP_NAMES):
-            maps.pop(name).close()
-        return cls(maps, None, **cls.context(netns))
+        raw = pinned.program_maps(prog)
+        for name in set(raw) - set(cls.MAP_NAMES):
+            raw.pop(name).close()
+        return cls({name: KernelMap.owning(m) for name, m in raw.items()}, None, **cls.context(netns))
 
     def locked(self):
         """Serialise changes: on the pin set, or for a foreground run's maps on bpffs."""

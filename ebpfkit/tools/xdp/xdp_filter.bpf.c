@@ -19,7 +19,13 @@
 #include <bpf/bpf_endian.h>
 #include "xdp_parse.h"
 #include "xdp_barrier.h"
+#include "ebpfkit.h"
 #include "xdp_filter.h"
+
+/* constants user space reads from the object's BTF (xdp/filter.py, xdp/rules.py) */
+EK_EXPORT_TYPE(enum filter_stat);
+EK_EXPORT_TYPE(enum active_bits);
+EK_EXPORT_TYPE(enum rule_port_dir);
 
 const volatile __u8 default_deny = 0; /* 1: drop what no rule allows */
 const volatile __u8 dry_run = 0;      /* 1: count drops, pass everything */

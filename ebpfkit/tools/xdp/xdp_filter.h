@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: GPL-2.0 */
-/* Map layouts of xdp_filter.bpf.c, shared with ebpfkit/xdp/filter.py (which packs them
- * with struct: keep the two in step). */
+/* Map layouts and constants of xdp_filter.bpf.c; ebpfkit/tools/xdp reads both from the
+ * object's BTF (field names, enums), so nothing here is copied in Python. */
 #ifndef __EK_XDP_FILTER_H
 #define __EK_XDP_FILTER_H
+
+#include "xdp_mode.h"
 
 struct lpm4_key {
 	__u32 prefixlen;
@@ -71,7 +73,7 @@ struct filter_conf {
 	__u32 default_deny;
 	__u32 dry_run;
 	__u32 max_rules;
-	__u32 xdp_mode; /* 0 auto, 1 native, 2 generic */
+	enum ek_xdp_mode xdp_mode;
 };
 
 #endif /* __EK_XDP_FILTER_H */

@@ -14,7 +14,10 @@
 #include <bpf/bpf_endian.h>
 #include "xdp_parse.h"
 #include "xdp_barrier.h"
+#include "ebpfkit.h"
 #include "xdp_lb.h"
+
+EK_EXPORT_TYPE(enum lb_stat); /* the lb_totals slots, read by xdp/lb.py from BTF */
 
 const volatile __u8 vip_addr[16] = {};
 const volatile __u8 vip_family = 4;
@@ -93,40 +96,6 @@ static __always_inline void count(void *map, __u32 slot, __u64 bytes)
 	}
 }
 
-/* murmur3's 32-bit mixing; ebpfkit/xdp/lb.py flow_hash() computes the same */
-static __always_inline __u32 rol32(__u32 x, int r)
-{
-	return (x << r) | (x >> (32 - r));
-}
-
-static __always_inline __u32 mix(__u32 h, __u32 k)
-{
-	k *= 0xcc9e2d51;
-	k = rol32(k, 15);
-	k *= 0x1b873593;
-	h ^= k;
-	h = rol32(h, 13);
-	return h * 5 + 0xe6546b64;
-}
-
-static __always_inline __u32 flow_hash(const struct lb_flow_key *k)
-{
-	const __u32 *w = (const __u32 *)k; /* src[4], dst[4], ports, proto/family */
-	__u32 h = 0x9747b28c;
-	int i;
-
-#pragma unroll
-	for (i = 0; i < 10; i++)
-		h = mix(h, w[i]);
-	h ^= 40;
-	h ^= h >> 16;
-	h *= 0x85ebca6b;
-	h ^= h >> 13;
-	h *= 0xc2b2ae35;
-	h ^= h >> 16;
-	return h;
-}
-
 static __always_inline int is_vip(const struct ek_pkt *p)
 {
 	int i;
@@ -189,7 +158,7 @@ int xdp_lb(struct xdp_md *ctx)
 		count(&lb_totals, LB_FLOW_HIT, len);
 	} else {
 		set = bpf_map_lookup_elem(&lb_active, &zero);
-		idx = flow_hash(&key) % table_size;
+		idx = lb_flow_hash(&key) % table_size;
 		slot = set && *set ? bpf_map_lookup_elem(&table_b, &idx) :
 				     bpf_map_lookup_elem(&table_a, &idx);
 		if (slot)

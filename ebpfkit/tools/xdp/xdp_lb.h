@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: GPL-2.0 */
-/* Map layouts of xdp_lb.bpf.c, shared with ebpfkit/xdp/lb.py (which packs them with
- * struct: keep the two in step). */
+/* Map layouts and constants of xdp_lb.bpf.c; ebpfkit/tools/xdp/lb.py reads both from the
+ * object's BTF. lb_flow_hash() is mirrored in lb.py (flow_hash), checked by a test that
+ * runs this one in the kernel. */
 #ifndef __EK_XDP_LB_H
 #define __EK_XDP_LB_H
+
+#include "xdp_mode.h"
 
 struct lb_backend {
 	__u8 addr[16];  /* the backend's address: its identity (IPv4 in the first 4 bytes) */
@@ -25,6 +28,40 @@ struct lb_flow_key {
 	__u8 family;
 	__u16 _pad;
 };
+
+/* murmur3's 32-bit mixing of the key's ten words; lb.py flow_hash() computes the same */
+static __always_inline __u32 lb_rol32(__u32 x, int r)
+{
+	return (x << r) | (x >> (32 - r));
+}
+
+static __always_inline __u32 lb_mix(__u32 h, __u32 k)
+{
+	k *= 0xcc9e2d51;
+	k = lb_rol32(k, 15);
+	k *= 0x1b873593;
+	h ^= k;
+	h = lb_rol32(h, 13);
+	return h * 5 + 0xe6546b64;
+}
+
+static __always_inline __u32 lb_flow_hash(const struct lb_flow_key *k)
+{
+	const __u32 *w = (const __u32 *)k; /* src[4], dst[4], ports, proto/family */
+	__u32 h = 0x9747b28c;
+	int i;
+
+#pragma unroll
+	for (i = 0; i < 10; i++)
+		h = lb_mix(h, w[i]);
+	h ^= 40;
+	h ^= h >> 16;
+	h *= 0x85ebca6b;
+	h ^= h >> 13;
+	h *= 0xc2b2ae35;
+	h ^= h >> 16;
+	return h;
+}
 
 struct lb_flow_val {
 	__u32 backend; /* slot in `backends` */
@@ -57,7 +94,7 @@ struct lb_conf {
 	__u8 family;
 	__u32 table_size;
 	__u32 max_backends;
-	__u32 xdp_mode; /* 0 auto, 1 native, 2 generic */
+	enum ek_xdp_mode xdp_mode;
 };
 
 #endif /* __EK_XDP_LB_H */

@@ -8,14 +8,14 @@ import os
 import socket
 import struct
 import sys
-from pathlib import Path
 
 import pytest
 
 import ebpfkit.engine as engine
 from ebpfkit.engine import slimheader
 from ebpfkit.engine.btf import find_kernel_btf
-from ebpfkit.engine.compiler import PROGRAMS_DIR, Compiler, Source
+from ebpfkit.engine.compiler import Compiler, Source
+from ebpfkit.engine.prebuilt import program_sources
 from ebpfkit.errors import CompileError
 
 pytestmark = [
@@ -240,7 +240,9 @@ def elf_sections(path) -> dict:
     return out
 
 
-SHIPPED = sorted(p.name for p in Path(PROGRAMS_DIR).glob("*.bpf.c"))
+SOURCES = {p.name: p for p in program_sources()}  # each tool keeps its own
+SHIPPED = sorted(SOURCES)
+assert SHIPPED, "no shipped programs found: the parametrized test below would test nothing"
 
 
 @pytest.mark.parametrize("program", SHIPPED)
@@ -249,7 +251,7 @@ def test_slim_and_full_headers_give_the_same_code(program, tmp_path, monkeypatch
     only the BTF differs (structs the program merely points to stay forward declarations)."""
     monkeypatch.setenv("EBPFKIT_CACHE_DIR", str(tmp_path / "cache"))
     btf = find_kernel_btf()
-    source = Source.from_path(Path(PROGRAMS_DIR, program))
+    source = Source.from_path(SOURCES[program])
     slim = elf_sections(Compiler(btf=btf, slim=True).compile(source))
     monkeypatch.setenv("EBPFKIT_CACHE_DIR", str(tmp_path / "cache-full"))
     full = elf_sections(Compiler(btf=btf, slim=False).compile(source))

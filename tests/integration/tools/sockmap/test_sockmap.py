@@ -221,7 +221,7 @@ def test_large_transfer_is_redirected_intact(child_cgroup, accel, server_host, c
     with closing_all(client, server):
         # both ends keyed as sockops saw them: the map holds exactly this connection
         assert wait_for(lambda: len(accel.keys()) == 2)
-        assert accel.keys() == {M.key_of(client), M.key_of(server)}
+        assert accel.keys() == {M.key_of(accel.btf, client), M.key_of(accel.btf, server)}
         transfer(client, server, BIG)        # larger than any socket buffer
         transfer(server, client, 16 * MiB)   # and back, after the half-close
         stats = accel.stats()
@@ -355,7 +355,7 @@ def test_map_holds_test_connections_only_and_counters_rise(child_cgroup, accel):
         client, server = connected_pair()
     with closing_all(outside_client, outside_server, client, server):
         assert wait_for(lambda: len(accel.keys()) == 2)
-        assert accel.keys() == {M.key_of(client), M.key_of(server)}
+        assert accel.keys() == {M.key_of(accel.btf, client), M.key_of(accel.btf, server)}
         transfer(outside_client, outside_server, MiB)
         assert accel.stats()["msgs_redirected"] == 0
         seen = []
@@ -378,8 +378,8 @@ def test_port_filter_and_no_ipv6(child_cgroup):
             socks += [lst.accept()[0] for lst in (chosen, other, v6)]
             with closing_all(*socks):
                 assert wait_for(lambda: len(acc.keys()) == 2)
-                assert {M.decode_key(k)["remote_port"] for k in acc.keys()} >= {port}
-                assert all(port in (M.decode_key(k)["local_port"], M.decode_key(k)["remote_port"])
+                assert {M.decode_key(acc.btf, k)["remote_port"] for k in acc.keys()} >= {port}
+                assert all(port in (M.decode_key(acc.btf, k)["local_port"], M.decode_key(acc.btf, k)["remote_port"])
                            for k in acc.keys())
                 assert acc.status()["ports"] == [port] and acc.status()["ipv6"] is False
 

@@ -6,13 +6,15 @@ import os
 import stat
 from pathlib import Path
 
+import pytest
 
 from ebpfkit.cli import cli
+from ebpfkit.engine.btftypes import codec
 from ebpfkit.tools.guard import agent, core, logfile
 from ebpfkit.sysinfo.devices import kernel_dev_of_stat
 from ebpfkit.sysinfo.mounts import Mount, MountTable
 from ebpfkit.output.errors import invoke_cli
-from ebpfkit.policy import parse_guard_policy
+from ebpfkit.policy import OPERATIONS, parse_guard_policy
 
 
 def test_resolve_keys_by_inode(tmp_path):
@@ -142,24 +144,50 @@ def test_self_rules(tmp_path):
     assert all(mask == core.DEFAULT_MASK for mask in rules.values())
 
 
-def test_event_layout_matches_header():
-    # struct guard_event in guard.h: 3 u64, 8 u32/s32, comm[16], name[128]
-    assert agent.EVENT.size == 8 * 3 + 4 * 8 + 16 + 128
+@pytest.fixture(scope="module")
+def guard_btf():
+    """The BTF of guard.bpf.c, compiled (not loaded: the host has no BPF-LSM)."""
+    import ebpfkit
+
+    spec = ebpfkit.compile(str(Path(core.__file__).with_name("guard.bpf.c")))
+    yield spec.btf
+    spec.close()
+
+
+def test_filter_constants_match_header():
+    # 64-bit constants, which clang 14 cannot put in an enum (no ENUM64): their text
     header = (Path(core.__file__).parent / "guard.h").read_text()
-    assert "__u32 bpf_cmd;" in header and "__u32 obj_id;" in header
     assert f"#define GUARD_FILTER_BITS {core.FILTER_BITS}" in header
     assert f"#define GUARD_FILTER_MULT {core.FILTER_MULT:#X}ULL".replace("0X", "0x") in header
+    assert f"#define GUARD_READ_MARK {core.READ_MARK:#x}ULL" in header
+    assert f"#define GUARD_SELF_SHIFT {core.SELF_SHIFT} " in header
 
 
-def test_logger_writes_json_lines(tmp_path):
+def test_python_copies_are_the_objects_enums(guard_btf):
+    # a policy is parsed and resolved before any object is loaded, so these stay in Python
+    ops = guard_btf.enum("guard_op", strip="GUARD_OP_")
+    assert {name: ops[name] for name in OPERATIONS} == OPERATIONS
+    assert guard_btf.enum("guard_trust") == {"GUARD_TRUST_SELF": core.TRUST_SELF,
+                                             "GUARD_TRUST_INHERIT": core.TRUST_INHERIT}
+    assert guard_btf.enum("guard_gen")["GUARD_GEN_POLICY"] == core.GEN_POLICY
+
+
+def test_logger_writes_json_lines(tmp_path, guard_btf):
     path = str(tmp_path / "guard.log")
     labels = {(1, 2): "/etc/secret", (1, 3): {"object": "/etc/secret", "matched": "/etc"}}
-    log = agent.Logger(logfile.RotatingLog(path, 1 << 20, 1), labels, 1000.0,
+    log = agent.Logger(logfile.RotatingLog(path, 1 << 20, 1), labels, 1000.0, guard_btf,
                        {("link", 7): "link_guard_file_open"})
+    event = codec(guard_btf, guard_btf.find("guard_event", "struct"))
+    fields = ("ts_ns", "dev", "ino", "pid", "target_pid", "hook", "op", "verdict", "sig", "bpf_cmd",
+              "obj_id", "comm", "name")
+
+    def event_of(*values):
+        """A ring buffer record as the program writes it, decoded as the reader decodes it."""
+        return event.decode(event.encode(dict(zip(fields, values))))
 
     def lines():
         return list(logfile.records(path))
-    log(agent.EVENT.pack(5_000_000_000, 1, 2, os.getpid(), 0, 1, 1, -1, 0, 0, 0, b"sh", b"secret"))
+    log(event_of(5_000_000_000, 1, 2, os.getpid(), 0, "GUARD_HOOK_FILE_OPEN", 1, -1, 0, 0, 0, "sh", "secret"))
     record = lines()[0]
     assert record["event"] == "violation"
     assert record["hook"] == "file_open" and record["operation"] == "write"
@@ -167,14 +195,14 @@ def test_logger_writes_json_lines(tmp_path):
     assert record["comm"] == "sh" and record["time"] == 1005.0
     assert record["exe"] == os.readlink("/proc/self/exe") and "matched" not in record
     # an ancestor's match names the protected object, and the directory that matched
-    log(agent.EVENT.pack(0, 1, 3, 1, 0, 4, 4, -1, 0, 0, 0, b"mv", b"etc"))
+    log(event_of(0, 1, 3, 1, 0, "GUARD_HOOK_INODE_RENAME", 4, -1, 0, 0, 0, "mv", "etc"))
     record = lines()[1]
     assert record["object"] == "/etc/secret" and record["matched"] == "/etc" and record["name"] == "etc"
-    log(agent.EVENT.pack(0, 0, 0, 1, 0, 11, 512, -1, 0, 34, 7, b"bpftool", b""))
+    log(event_of(0, 0, 0, 1, 0, "GUARD_HOOK_BPF", 512, -1, 0, 34, 7, "bpftool", ""))
     record = lines()[2]
     assert record["hook"] == "bpf" and record["operation"] == "bpf"
     assert record["bpf_cmd"] == "BPF_LINK_DETACH" and record["link"] == "link_guard_file_open"
-    log(agent.EVENT.pack(0, 0, 0, 1, 0, 12, 512, -1, 0, 0, 9, b"bpftool", b"protected"))
+    log(event_of(0, 0, 0, 1, 0, "GUARD_HOOK_BPF_MAP", 512, -1, 0, 0, 9, "bpftool", "protected"))
     record = lines()[3]
     assert record["map"] == "protected" and record["map_id"] == 9 and "object" not in record
 
@@ -225,7 +253,7 @@ def test_policy_log_limits():
     assert agent.log_limits(parse_guard_policy("protect: [/etc]\n"), (10, 1)) == (10, 1)
 
 
-def test_watcher_reloads_and_keeps_the_old_policy_on_errors(monkeypatch, tmp_path):
+def test_watcher_reloads_and_keeps_the_old_policy_on_errors(monkeypatch, tmp_path, guard_btf):
     """The agent's policy watch: a changed file is installed, a bad one logged and skipped
     (once), a `guard reload` of the same content not installed twice."""
     state_dir, pins = tmp_path / "state", tmp_path / "pins"
@@ -250,7 +278,7 @@ def test_watcher_reloads_and_keeps_the_old_policy_on_errors(monkeypatch, tmp_pat
     _, sig = core.read_policy(str(policy))
     core.write_state({"mode": "enforce", "policy": str(policy), "applied": sig})
     log = logfile.RotatingLog(core.LOG_FILE, 1 << 20, 1)
-    watcher = agent.Watcher({}, agent.Logger(log, {}, 0.0), (1 << 20, 1))
+    watcher = agent.Watcher({}, agent.Logger(log, {}, 0.0, guard_btf), (1 << 20, 1))
     watcher.check()
     assert list(logfile.records(core.LOG_FILE)) == []     # unchanged
     policy.write_text(f"protect: [{tmp_path / 'x'}]\n")

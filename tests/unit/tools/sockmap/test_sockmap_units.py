@@ -4,7 +4,6 @@ table, cgroup path checks, options, the status table and the CLI's shape."""
 from __future__ import annotations
 
 import os
-import re
 import socket
 import struct
 from pathlib import Path
@@ -14,50 +13,37 @@ from click.testing import CliRunner
 
 from ebpfkit.cli import cli
 from ebpfkit.tools.sockmap import Options, SockmapUsageError, resolve_cgroup
-from ebpfkit.tools import sockmap as sockmap_package
 from ebpfkit.tools.sockmap import maps as M
 from ebpfkit.sysinfo.mounts import MountTable
 from ebpfkit.tools.sockmap.regression import release_affected
 from ebpfkit.tools import TOOLS
 
-HEADER = Path(sockmap_package.__file__).parent / "sockmap.h"
+@pytest.fixture(scope="module")
+def btf():
+    """The BTF of sockmap.bpf.c, compiled (not loaded): the layouts maps.py encodes with."""
+    import ebpfkit
+
+    spec = ebpfkit.compile(str(Path(M.__file__).with_name("sockmap.bpf.c")))
+    yield spec.btf
+    spec.close()
 
 
-def _c_struct_size(name: str) -> int:
-    """Size of a struct of __u16/__u32/__u64 fields (and arrays) declared in sockmap.h
-    (no padding: these structs need none)."""
-    body = re.search(rf"struct {name} {{(.*?)}};", HEADER.read_text(), re.S).group(1)
-    size = 0
-    for kind, _, count in re.findall(r"__u(16|32|64)\s+\w+(\[(\d+)\])?;", body):
-        size += int(kind) // 8 * int(count or 1)
-    return size
-
-
-def test_python_layouts_match_the_c_header():
-    assert M.KEY4.size == _c_struct_size("sockmap_key4") == 12
-    assert M.KEY6.size == _c_struct_size("sockmap_key6") == 36
-    assert M.INFO.size == _c_struct_size("sockmap_info") == 32
-    stats = re.search(r"enum sockmap_stat {(.*?)};", HEADER.read_text(), re.S).group(1)
-    names = [n.lower() for n in re.findall(r"SOCKMAP_(\w+)", stats) if n != "NR_STATS"]
-    assert names == list(M.STATS)
-
-
-def test_key_byte_order_addresses_network_ports_host():
-    raw = M.encode_key(socket.AF_INET, "127.0.0.1", 8080, "127.0.0.2", 443)
+def test_key_byte_order_addresses_network_ports_host(btf):
+    raw = M.encode_key(btf, socket.AF_INET, "127.0.0.1", 8080, "127.0.0.2", 443)
     local, remote, lport, rport = struct.unpack("=4s4sHH", raw)
     assert local == bytes([127, 0, 0, 1]) and remote == bytes([127, 0, 0, 2])
     assert (lport, rport) == (8080, 443)  # both host order in the key
-    assert M.decode_key(raw) == {"family": "ipv4", "local": "127.0.0.1", "local_port": 8080,
-                                 "remote": "127.0.0.2", "remote_port": 443}
+    assert M.decode_key(btf, raw) == {"family": "ipv4", "local": "127.0.0.1", "local_port": 8080,
+                                      "remote": "127.0.0.2", "remote_port": 443}
 
 
-def test_ipv4_mapped_ipv6_is_keyed_as_ipv4():
-    mapped = M.encode_key(socket.AF_INET6, "::ffff:127.0.0.1", 5201, "::ffff:127.0.0.1", 40000)
-    plain = M.encode_key(socket.AF_INET, "127.0.0.1", 5201, "127.0.0.1", 40000)
-    assert mapped == plain and len(plain) == M.KEY4.size
-    v6 = M.encode_key(socket.AF_INET6, "::1", 1, "fe80::1", 2)
-    assert len(v6) == M.KEY6.size
-    assert M.decode_key(v6) == {"family": "ipv6", "local": "::1", "local_port": 1, "remote": "fe80::1",
+def test_ipv4_mapped_ipv6_is_keyed_as_ipv4(btf):
+    mapped = M.encode_key(btf, socket.AF_INET6, "::ffff:127.0.0.1", 5201, "::ffff:127.0.0.1", 40000)
+    plain = M.encode_key(btf, socket.AF_INET, "127.0.0.1", 5201, "127.0.0.1", 40000)
+    assert mapped == plain and len(plain) == 12
+    v6 = M.encode_key(btf, socket.AF_INET6, "::1", 1, "fe80::1", 2)
+    assert len(v6) == 36
+    assert M.decode_key(btf, v6) == {"family": "ipv6", "local": "::1", "local_port": 1, "remote": "fe80::1",
                                 "remote_port": 2}
 
 

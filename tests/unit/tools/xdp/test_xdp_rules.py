@@ -139,7 +139,7 @@ def test_single_addresses_go_to_the_tries_like_other_cidrs():
 
 def test_a_port_without_protocol_covers_every_protocol_with_ports():
     e = entries(parse_rule("dport 80"), 1)
-    assert sorted(k[0] for _, k, _ in e) == sorted(PORT_PROTOCOLS)
+    assert sorted(k["proto"] for _, k, _ in e) == sorted(PORT_PROTOCOLS)
     assert {t for t, _, _ in e} == {"ports"}
 
 
