@@ -9,7 +9,7 @@ import time
 import click
 
 from ...output import Column, Output, ResultTable, tool_options
-from ..common import interval_arguments, intervals
+from ..common import build_config, interval_arguments, intervals
 
 EXAMPLES = """\b
 Examples:
@@ -29,7 +29,7 @@ cgroup_option = click.option("--cgroup", "cgroup", type=click.Path(), metavar="P
 def accel_options(func):
     options = [
         cgroup_option,
-        click.option("--port", "ports", type=click.IntRange(1, 65535), multiple=True, metavar="P",
+        click.option("--port", "ports", type=int, multiple=True, metavar="P",
                      help="Only connections with this local or remote port (repeatable)."),
         click.option("--ipv6/--no-ipv6", default=True, show_default=True,
                      help="Also accelerate IPv6 connections (IPv4 and IPv4-mapped always)."),
@@ -37,7 +37,7 @@ def accel_options(func):
                      show_default=True,
                      help="Pass-through sk_skb verdict on the map, the workaround for the "
                           "FIONREAD/epoll regression (auto: when a probe finds it)."),
-        click.option("--max-sockets", type=click.IntRange(2, 1 << 20), default=65535, show_default=True,
+        click.option("--max-sockets", type=int, default=65535, show_default=True,
                      help="Size of the socket map."),
     ]
     for option in reversed(options):
@@ -48,7 +48,7 @@ def accel_options(func):
 def _options(ports, ipv6, skb_verdict, max_sockets):
     from . import Options
 
-    return Options(ports=ports, ipv6=ipv6, skb_verdict=skb_verdict, max_sockets=max_sockets)
+    return build_config(Options, ports=ports, ipv6=ipv6, skb_verdict=skb_verdict, max_sockets=max_sockets)
 
 
 @click.group(epilog=EXAMPLES)

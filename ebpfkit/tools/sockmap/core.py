@@ -22,10 +22,11 @@ from ...engine import pinned
 from ...engine.constants import AttachType
 from ...engine.maps import KernelMap
 from ...engine.pinset import COMPLETE, STALE, PinSet
-from ...errors import AttachError
+from ...errors import AttachError, ConfigError
 from ...sysinfo.cgroups import cgroup_path
+from ..config import ToolConfig
 from . import maps as M
-from .cgroups import SockmapUsageError, require_privileges, resolve_cgroup
+from .cgroups import require_privileges, resolve_cgroup
 from .regression import RegressionCheck, detect
 
 TOOL = "sockmap"
@@ -39,22 +40,31 @@ LINK_PINS = {("sockmap_pass", "sock_hash"): "link_sk_skb", ("sockmap_pass", "soc
 PROG_PINS = {"sockmap_redirect": "prog_sk_msg", "sockmap_pass": "prog_sk_skb"}
 PROG_ATTACH = {"sockmap_redirect": AttachType.SK_MSG_VERDICT, "sockmap_pass": AttachType.SK_SKB_VERDICT}
 SKB_VERDICT_CHOICES = ("auto", "on", "off")
+MAX_SOCKETS = 1 << 20  # the SOCKHASH's size, at most
 
 
 @dataclass
-class Options:
+class Options(ToolConfig):
+    """What `enable`/`run` accelerate; checked the same from the CLI, YAML or a notebook
+    (ConfigError, exit 2)."""
+
     ports: tuple[int, ...] = ()
     ipv6: bool = True
     skb_verdict: str = "auto"  # the regression workaround: auto (when detected), on, off
     max_sockets: int = 65535
 
-    def __post_init__(self):
-        self.ports = tuple(sorted(set(int(p) for p in self.ports)))
+    def validate(self) -> None:
+        try:
+            self.ports = tuple(sorted({int(p) for p in self.ports}))
+        except (TypeError, ValueError):
+            raise ConfigError("ports", f"expected a list of TCP ports, got {self.ports!r}") from None
         bad = [p for p in self.ports if not 0 < p < 65536]
         if bad:
-            raise SockmapUsageError(f"not a TCP port: {bad[0]}")
+            raise ConfigError("ports", f"not a TCP port: {bad[0]}")
         if self.skb_verdict not in SKB_VERDICT_CHOICES:
-            raise SockmapUsageError(f"skb_verdict must be one of {', '.join(SKB_VERDICT_CHOICES)}")
+            raise ConfigError("skb_verdict", f"{self.skb_verdict!r} is not one of {', '.join(SKB_VERDICT_CHOICES)}")
+        if not 2 <= self.max_sockets <= MAX_SOCKETS:
+            raise ConfigError("max_sockets", f"must be in 2..{MAX_SOCKETS}, got {self.max_sockets}")
 
 
 @dataclass

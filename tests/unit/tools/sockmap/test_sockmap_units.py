@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from ebpfkit.cli import cli
+from ebpfkit.errors import ConfigError
 from ebpfkit.tools.sockmap import Options, SockmapUsageError, resolve_cgroup
 from ebpfkit.tools.sockmap import maps as M
 from ebpfkit.sysinfo.mounts import MountTable
@@ -77,10 +78,14 @@ def test_cgroup_v1_directory_is_refused():
 
 def test_options_are_checked():
     assert Options(ports=[443, 80, 443]).ports == (80, 443)
-    with pytest.raises(SockmapUsageError):
+    with pytest.raises(ConfigError, match="ports: not a TCP port: 70000"):
         Options(ports=[70000])
-    with pytest.raises(SockmapUsageError):
+    with pytest.raises(ConfigError, match="skb_verdict: 'sometimes' is not one of auto, on, off"):
         Options(skb_verdict="sometimes")
+    with pytest.raises(ConfigError, match="max_sockets: must be in 2..1048576, got 1"):
+        Options.from_mapping({"max-sockets": 1})
+    with pytest.raises(ConfigError, match="ipv6: expected bool, got str 'no'"):
+        Options.from_mapping({"ipv6": "no"})
 
 
 def test_registry_and_help_list_the_subcommands():
