@@ -86,6 +86,11 @@ def check_disk(name: str, disk: str | None):
         raise ConfigError(name, str(exc)) from None
 
 
+def check_choice(name: str, value: str, choices) -> None:
+    if value not in choices:
+        raise ConfigError(name, f"{value!r} is not one of {', '.join(choices)}")
+
+
 def check_positive(name: str, value: float | None) -> None:
     if value is not None and value <= 0:
         raise ConfigError(name, f"must be greater than 0, got {value}")

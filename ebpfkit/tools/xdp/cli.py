@@ -12,7 +12,8 @@ from __future__ import annotations
 import click
 
 from ...output import Column, Output, ResultTable, tool_options
-from ..common import interval_arguments, intervals
+from ..common import build_config, interval_arguments, intervals
+from .modes import MODES
 from .session import FilterStats, LbStats
 
 FILTER_EXAMPLES = """\b
@@ -39,7 +40,6 @@ Examples:
   ebpfkit xdp lb detach --iface eth1
 """
 
-MODES = ("native", "generic", "auto")
 
 
 XDP_EXAMPLES = """\b
@@ -124,7 +124,8 @@ def _filter_config(default, dry_run, max_rules, mode, found):
         default = (found.default if found else None) or "allow"
     if not dry_run and found and found.dry_run:
         dry_run = True
-    return FilterConfig(default_deny=default == "deny", dry_run=dry_run, max_rules=max_rules, mode=mode)
+    return build_config(FilterConfig, default_deny=default == "deny", dry_run=dry_run, max_rules=max_rules,
+                        mode=mode)
 
 
 def filter_attach_options(func):
@@ -134,7 +135,7 @@ def filter_attach_options(func):
                      help="What no rule matches gets: allow (rules drop; the default) or deny "
                           "(rules allow)."),
         click.option("--dry-run", is_flag=True, help="Count what would be dropped, drop nothing."),
-        click.option("--max-rules", type=click.IntRange(1, 1 << 24), default=65536, show_default=True,
+        click.option("--max-rules", type=int, default=65536, show_default=True,
                      help="Room for this many rules (maps are sized at attach)."),
         rule_options,
     ]

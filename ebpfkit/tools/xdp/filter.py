@@ -13,13 +13,17 @@ import os
 from dataclasses import dataclass
 
 from ...engine.maps import PerCpu
+from ...errors import ConfigError
+from ..config import ToolConfig, check_choice
 from . import pins
 from .counters import ZERO, as_pair, counter, slot_names
 from .rules import TABLES, Rule, RuleError, check_rules, decode_entries, entries, table_flags
-from .tables import Tables, mode_enumerator, mode_name
+from .modes import MODES, mode_enumerator, mode_name
+from .tables import Tables
 
 PROGRAM = os.path.join(os.path.dirname(__file__), "xdp_filter.bpf.c")
 DEFAULT_MAX_RULES = 65536
+MAX_RULES = 1 << 24
 TOTALS = ("passed", "dropped", "would_drop", "matched", "malformed", "control")
 RETIRED = 0  # the rule_stats slot keeping the counts of deleted rules
 _CONTROL_MAPS = ("active", "set_gen", "barrier", "filter_conf", "rule_stats", "totals")
@@ -27,11 +31,19 @@ MAP_NAMES = tuple(f"{t}_{s}" for t in TABLES for s in "ab") + _CONTROL_MAPS
 
 
 @dataclass(frozen=True)
-class FilterConfig:
+class FilterConfig(ToolConfig):
+    """How the filter runs (its rules are apart: they change while it runs); checked the same
+    from the CLI, YAML or a notebook (ConfigError, exit 2)."""
+
     default_deny: bool = False
     dry_run: bool = False
     max_rules: int = DEFAULT_MAX_RULES
     mode: str = "auto"
+
+    def validate(self) -> None:
+        if not 1 <= self.max_rules <= MAX_RULES:
+            raise ConfigError("max_rules", f"must be in 1..{MAX_RULES}, got {self.max_rules}")
+        check_choice("mode", self.mode, MODES)
 
     def to_dict(self) -> dict:
         return {"default": "deny" if self.default_deny else "allow", "dry_run": self.dry_run,
@@ -248,8 +260,6 @@ def load_filter(rules: list[Rule] = (), config: FilterConfig = FilterConfig()):
     from ...engine import compile as compile_bpf
 
     rules = list(rules)
-    if config.max_rules < 1:
-        raise RuleError("--max-rules must be at least 1")
     if len(rules) > config.max_rules:
         raise RuleError(f"{len(rules)} rules do not fit in --max-rules {config.max_rules}")
     spec = compile_bpf(PROGRAM)

@@ -24,7 +24,8 @@ from ...errors import EbpfkitError
 from . import maglev, pins
 from .counters import ZERO, counter, slot_names
 from .rules import parse_proto, proto_name
-from .tables import Tables, mode_enumerator, mode_name
+from .modes import mode_enumerator, mode_name
+from .tables import Tables
 
 PROGRAM = os.path.join(os.path.dirname(__file__), "xdp_lb.bpf.c")
 DEFAULT_MAX_BACKENDS = 256

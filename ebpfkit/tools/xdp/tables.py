@@ -11,16 +11,6 @@ from ...errors import EbpfkitError
 from . import pins
 
 
-def mode_enumerator(mode: str) -> str:
-    """The enum ek_xdp_mode (xdp_mode.h) enumerator of an attach mode: native -> EK_XDP_MODE_NATIVE."""
-    return f"EK_XDP_MODE_{mode.upper()}"
-
-
-def mode_name(value) -> str:
-    """The attach mode a decoded enum ek_xdp_mode names (auto for a value it does not know)."""
-    return value.name.removeprefix("EK_XDP_MODE_").lower() if value.name else "auto"
-
-
 class Tables:
     MAP_NAMES: tuple[str, ...] = ()
     KIND = "XDP program"  # what the maps belong to, for messages
