@@ -54,6 +54,15 @@ def _as_bad_parameter(ctx):
                                  param_hint=None if param else exc.field) from None
 
 
+def live_intervals(out, interval: float | None, count: int | None, banner: str | None = None):
+    """A running tool's loop: its banner (saying how to stop it), then one iteration per
+    interval, as intervals() gives them, inside the output layer's live view."""
+    if banner:
+        out.banner(f"{banner} Hit Ctrl-C to end.")
+    with out.live():
+        yield from intervals(interval, count)
+
+
 def intervals(interval: float | None, count: int | None):
     """Yield once per interval (sleeping in between) until COUNT intervals or Ctrl-C.
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from ...output import Output, tool_options
-from ..common import build_config, interval_arguments, intervals, pid_option
+from ..common import build_config, interval_arguments, live_intervals, pid_option
 from .session import HOOK_CHOICES
 from .views import SORT_KEYS
 
@@ -46,11 +46,9 @@ def iofsstat(pid, container, disk, sort_key, top, hook, interval, count):
     out = Output.from_context()
     with open_session(config) as session:
         out.info("file IO hook: %s", session.hook_label)
-        out.banner("Tracing file and disk IO... Hit Ctrl-C to end.")
-        with out.live():
-            for _ in intervals(interval, count):
-                result = session.sample()
-                result.disks = sort_rows(result.disks, sort_key, None, None)
-                result.disk_processes = sort_rows(result.disk_processes, sort_key, bytes_total, top)
-                result.files = sort_rows(result.files, sort_key, bytes_total, top)
-                show(out, result)
+        for _ in live_intervals(out, interval, count, "Tracing file and disk IO..."):
+            result = session.sample()
+            result.disks = sort_rows(result.disks, sort_key, None, None)
+            result.disk_processes = sort_rows(result.disk_processes, sort_key, bytes_total, top)
+            result.files = sort_rows(result.files, sort_key, bytes_total, top)
+            show(out, result)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ...output import Output, tool_options
-from ..common import build_config, interval_arguments, intervals, pid_option
+from ..common import build_config, interval_arguments, live_intervals, pid_option
 
 EXAMPLES = """\b
 Examples:
@@ -32,7 +32,5 @@ def runqlat(milliseconds, per_process, pid, interval, count):
     out = Output.from_context()
     with open_session(config) as session:
         out.info("hook: %s", session.hook)
-        out.banner("Tracing run queue latency... Hit Ctrl-C to end.")
-        with out.live():
-            for _ in intervals(interval, count):
-                out.histograms(session.sample())
+        for _ in live_intervals(out, interval, count, "Tracing run queue latency..."):
+            out.histograms(session.sample())

@@ -9,7 +9,7 @@ import time
 import click
 
 from ...output import Column, Output, ResultTable, tool_options
-from ..common import build_config, interval_arguments, intervals
+from ..common import build_config, interval_arguments, live_intervals
 
 EXAMPLES = """\b
 Examples:
@@ -202,10 +202,8 @@ def run(cgroup, ports, ipv6, skb_verdict, max_sockets, interval, count):
     with acc:
         record = acc.status()
         _report(out, "running", record)
-        out.banner("Accelerating... Hit Ctrl-C to end.")
-        with out.live():
-            for _ in intervals(interval, count):
-                out.table(status_table([acc.status()]))
+        for _ in live_intervals(out, interval, count, "Accelerating..."):
+            out.table(status_table([acc.status()]))
 
 
 @sockmap.command(epilog=EXAMPLES)

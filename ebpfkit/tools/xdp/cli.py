@@ -12,7 +12,7 @@ from __future__ import annotations
 import click
 
 from ...output import Column, Output, ResultTable, tool_options
-from ..common import build_config, interval_arguments, intervals
+from ..common import build_config, interval_arguments, live_intervals
 from .modes import MODES
 from .session import FilterStats, LbStats
 
@@ -340,17 +340,15 @@ def _show_stats(out, sampler, show, interval, count):
     _every_interval(out, sampler, show, interval, count)
 
 
-def _every_interval(out, sampler, show, interval, count):
-    with out.live():
-        for _ in intervals(interval, count):
-            show(out, sampler.sample())
+def _every_interval(out, sampler, show, interval, count, banner=None):
+    for _ in live_intervals(out, interval, count, banner):
+        show(out, sampler.sample())
 
 
 def _foreground(out, att, banner: str, sampler, show, interval, count):
     """A `run`: statistics every INTERVAL until Ctrl-C or COUNT, then detach."""
     try:
-        out.banner(f"{banner} Hit Ctrl-C to end.")
-        _every_interval(out, sampler(att.tables, att.iface), show, interval, count)
+        _every_interval(out, sampler(att.tables, att.iface), show, interval, count, banner)
     finally:
         att.close()
 
