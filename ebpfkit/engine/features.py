@@ -920,7 +920,9 @@ def _in_fresh_netns(work: Callable[[int], dict]) -> dict:
     """Run ``work(ifindex of a veth)`` inside a throwaway network namespace (a thread of its
     own enters it), which is deleted with the veth pair afterwards."""
     from ..net import NetNS, create_veth
+    from ..net.netns import reap_orphans
 
+    reap_orphans("probe")  # a probe killed mid-way left its namespace: the next one removes it
     with NetNS("probe") as ns:
         pair = create_veth(ns, names=("ebpfkit0", "ebpfkit1"), addresses=(None, None))
         return ns.run(work, pair.a.ifindex)

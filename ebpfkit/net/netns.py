@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import re
 import threading
 
 from pyroute2 import IPRoute
@@ -39,6 +40,20 @@ def unique_name(purpose: str = "test") -> str:
 
 def list_netns() -> list[str]:
     return sorted(_pr_netns.listnetns())
+
+
+def reap_orphans(purpose: str) -> list[str]:
+    """Remove the namespaces unique_name(purpose) made for processes that are gone (one
+    killed with SIGKILL between creating and removing its namespace); returns their names."""
+    pattern = re.compile(rf"ebpfkit-{re.escape(purpose)}-(\d+)-\d+")
+    reaped = []
+    for name in list_netns():
+        m = pattern.fullmatch(name)
+        if m and not os.path.exists(f"/proc/{m[1]}"):
+            with contextlib.suppress(OSError):
+                _pr_netns.remove(name)
+                reaped.append(name)
+    return reaped
 
 
 def netns_path(name: str) -> str:
