@@ -263,15 +263,19 @@ def test_a_kernel_list_must_name_kernels_as_strings(tmp_path, monkeypatch, capsy
 
 
 def test_a_guest_that_died_before_the_tests_started_is_booted_once_more(tmp_path, monkeypatch):
-    """A boot that never reached the command (a KVM emulation failure was seen) is retried
-    once: no test ran; a second death is reported as it is, and a test's own failure never retried."""
+    """A boot that never reached the command (a KVM emulation failure and a TCG panic in an
+    interrupt were seen) is retried once: no test ran; a second failure is reported as it is,
+    and a test's own failure (or a panic while tests ran) is never retried."""
     from ebpfkit.vm import plugin
 
     monkeypatch.setattr(host, "require", lambda: None)
     died = VMResult("died", None, "6.12", "kvm", 5.0, None, stderr_tail="KVM internal error")
     exited = VMResult("exited", 1, "6.12", "kvm", 50.0, 30.0)
     code, got = collect_nested(tmp_path, monkeypatch, MULTI_KERNEL)
+    panicked = VMResult("panic", None, "6.12", "tcg", 4.5, None, console="Kernel panic - not syncing")
     for outcomes, boots in (([died, exited], 2), ([died, died], 2), ([exited], 1),
+                            ([panicked, exited], 2), ([panicked, panicked], 2),
+                            ([VMResult("panic", None, "6.12", "tcg", 40.0, 30.0)], 1),
                             ([VMResult("died", None, "6.12", "kvm", 40.0, 30.0)], 1)):
         calls = []
         monkeypatch.setattr(runner, "run", lambda command, spec, on_output=None: calls.append(spec)
