@@ -522,18 +522,23 @@ class Codec:
     ``size``; ``decode(buf, offset=0)`` (bytes, bytearray or memoryview); ``encode(value)``
     -> exactly ``size`` bytes; ``encode_into(buf, value, offset=0)``; ``zero()``."""
 
-    __slots__ = ("size", "type_id", "type_name", "fmt", "post", "decode", "_dec", "_enc")
+    __slots__ = ("size", "type_id", "type_name", "fmt", "post", "to_item", "fast", "decode", "_dec", "_enc")
 
-    def __init__(self, type_id, type_name, size, dec, enc, fmt=None, post=None, checked=None):
+    def __init__(self, type_id, type_name, size, dec, enc, fmt=None, post=None, checked=None, to_item=None):
         self.type_id = type_id
         self.type_name = type_name  # C spelling, for messages
         self.size = size
         self._dec = dec  # (buf, offset) -> value; trusts that buf is long enough
         self._enc = enc  # (bytearray, offset, value) -> None, raises _Bad
         # How a parent struct unpacks this type in its single struct.Struct call: one
-        # format item (e.g. "I" or "16s") and a function applied to the unpacked item.
+        # format item (e.g. "I" or "16s") and a function applied to the unpacked item;
+        # and packs it: ``to_item`` turns a value into that item (None: the value itself).
         self.fmt = fmt or f"{size}s"
         self.post = post if fmt else (post or _from_bytes(dec))
+        self.to_item = to_item if to_item or not self.fmt.endswith("s") else self.encode
+        # value -> bytes in one struct.pack call where the type allows it; it raises
+        # (anything) on a value it cannot take, and the checked path explains why.
+        self.fast = None
         # decode(buf, offset=0) -> value. ``checked`` is a decoder that reports a short
         # buffer itself (struct decoders do, at no cost); others get a length check.
         self.decode = checked or self._checked_decode
@@ -547,6 +552,11 @@ class Codec:
         return self._dec(buf, offset)
 
     def encode(self, value) -> bytes:
+        if self.fast is not None:
+            try:
+                return self.fast(value)
+            except Exception:  # noqa: BLE001 - the checked path below names the problem
+                pass
         out = bytearray(self.size)
         self.encode_into(out, value)
         return bytes(out)
@@ -655,7 +665,9 @@ def _scalar_codec(btf, tid, name, size, fmt, check) -> Codec:
             lo, hi = _int_range(size, fmt.islower())
             raise _Bad(f"{value} is out of range for {name} ({lo}..{hi})") from None
 
-    return Codec(tid, name, size, dec, enc, fmt)
+    c = Codec(tid, name, size, dec, enc, fmt)
+    c.fast = st.pack
+    return c
 
 
 def _bool_to_c(value) -> int:
@@ -706,7 +718,12 @@ def _wrap(inner: Codec, to_py, to_c) -> Codec:
         post = lambda item, p=inner.post: to_py(p(item))  # noqa: E731
     else:
         post = to_py
-    return Codec(inner.type_id, inner.type_name, inner.size, dec, enc, inner.fmt, post)
+    scalar = inner.to_item is None
+    c = Codec(inner.type_id, inner.type_name, inner.size, dec, enc, inner.fmt, post,
+              to_item=to_c if scalar else None)
+    if scalar and inner.fast is not None:
+        c.fast = lambda value, pack=inner.fast: pack(to_c(value))
+    return c
 
 
 def _enum_converters(t: Type, name):
@@ -792,7 +809,33 @@ def _array_codec(btf, t: Type, name) -> Codec:
                 exc.path.append(f"[{i}]")
                 raise
 
-    return Codec(t.id, name, size, dec, enc)
+    c = Codec(t.id, name, size, dec, enc)
+    if ec.to_item is None and not ec.fmt.endswith("s") and n:
+        c.fast = _array_packer(struct.Struct(f"{btf.endian}{n}{ec.fmt}").pack, n, raw_ok)
+    if raw_ok:
+        c.to_item = _raw_bytes_item(n, c.encode)
+    return c
+
+
+def _array_packer(pack, n: int, raw_ok: bool):
+    """Encode a whole array of scalars (all ``n`` of them, or raw bytes) in one call."""
+    def fast(value):
+        if isinstance(value, (list, tuple)) and len(value) == n:
+            return pack(*value)
+        if raw_ok and isinstance(value, (bytes, bytearray)) and len(value) <= n:
+            return bytes(value).ljust(n, b"\0")
+        raise TypeError  # the checked path says what is wrong
+    return fast
+
+
+def _raw_bytes_item(n: int, encode):
+    """A byte array's item for its parent's pack call: bytes as they are (pack pads them
+    with NULs, as the checked path leaves the rest zero), anything else encoded."""
+    def to_item(value):
+        if type(value) is bytes and len(value) <= n:
+            return value
+        return encode(value)
+    return to_item
 
 
 def _string_codec(tid, name, n) -> Codec:
@@ -914,7 +957,11 @@ def _struct_codec(btf, tid, name, size, fields, is_union) -> Codec:
     short = lambda buf, off: _short(name, size, buf, off)  # noqa: E731
     dec = _make_struct_decoder(unpack, names, posts, extras, short)
     enc = _make_struct_encoder(by_name, names, "union" if is_union else "struct")
-    return Codec(tid, name, size, dec, enc, checked=dec)
+    c = Codec(tid, name, size, dec, enc, checked=dec)
+    if not extras:
+        items = [codec(btf, f[3]).to_item for f in fields]
+        c.fast = _make_struct_packer(struct.Struct(endian + "".join(fmt)).pack, names, items)
+    return c
 
 
 def _legacy_bitfield(btf, type_id):
@@ -959,6 +1006,34 @@ def _make_struct_decoder(unpack, names, posts, extras, short):
     lines.append("    return s")
     exec("\n".join(lines), env)  # noqa: S102 - generated from the fixed template above
     return env["dec"]
+
+
+def _make_struct_packer(pack, names, to_items):
+    """Generate an encoder of a whole struct given whole (a dict with every field, or a
+    tuple of all of them) in one ``pack`` call: maps write millions of rules and keys this
+    way, about three times faster than field by field. Anything else (a partial dict, an
+    unknown field, a bad value) raises, and the checked encoder takes over. As with the
+    decoder, only local names are made up; field names are inserted as repr() literals."""
+    env = {"pack": pack, "DictType": dict, "TupleType": tuple, "n_fields": len(names)}
+    args, locals_ = [], []
+    for i, (name, to_item) in enumerate(zip(names, to_items)):
+        value = f"value[{name!r}]"
+        if to_item is not None:
+            env[f"c{i}"] = to_item
+            value = f"c{i}({value})"
+        args.append(value)
+        locals_.append(f"c{i}(f{i})" if to_item is not None else f"f{i}")
+    unpacked = "".join(f"f{i}, " for i in range(len(names)))
+    lines = ["def fast(value):",
+             "    if isinstance(value, DictType) and len(value) == n_fields:",
+             f"        return pack({', '.join(args)})",
+             f"    {unpacked} = value  # a tuple of every field; else ValueError/TypeError" if names else
+             "    raise TypeError",
+             "    if not isinstance(value, TupleType):",
+             "        raise TypeError",
+             f"    return pack({', '.join(locals_)})"]
+    exec("\n".join(lines), env)  # noqa: S102 - generated from the fixed template above
+    return env["fast"]
 
 
 def _make_struct_encoder(by_name, names, what):

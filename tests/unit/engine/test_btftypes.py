@@ -602,6 +602,64 @@ def test_property_struct_roundtrip(btf, value):
     assert c.encode(back) == out
 
 
+FLAT_FIELDS = {
+    "pid": st.integers(-1, 2**32), "tid": st.integers(0, 2**32 - 1), "ts": st.integers(0, 2**64 - 1),
+    "ret": st.one_of(st.integers(-(2**31), 2**31 - 1), st.text(max_size=2)),
+    "comm": st.one_of(st.text(max_size=20), st.binary(max_size=17)), "delta": st.integers(0, 2**64 - 1),
+}
+
+
+def checked_encode(c, value):
+    """The field-by-field encoder alone (what encode() falls back to)."""
+    out = bytearray(c.size)
+    try:
+        c.encode_into(out, value)
+    except MapError as exc:
+        return str(exc)
+    return bytes(out)
+
+
+def encoded(c, value):
+    try:
+        return c.encode(value)
+    except MapError as exc:
+        return str(exc)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(value=st.fixed_dictionaries(FLAT_FIELDS), as_tuple=st.booleans())
+def test_property_one_pack_encoder_matches_field_by_field(btf, value, as_tuple):
+    """A whole struct is packed in one call; the bytes, and the error of a value that does
+    not fit (out of range, wrong type, a string too long), are those of the checked path."""
+    c = codec(btf, btf.find("flat"))
+    assert c.fast is not None
+    if as_tuple:
+        value = tuple(value[name] for name in ("pid", "tid", "ts", "ret", "comm", "delta"))
+    assert encoded(c, value) == checked_encode(c, value)
+
+
+def test_one_pack_encoder_covers_nested_and_enums(btf):
+    c = codec(btf, btf.find("key"))
+    assert c.fast is not None and c.fast({"pid": 7, "comm": "nginx"}) == checked_encode(c, {"pid": 7, "comm": "nginx"})
+    inner = codec(btf, btf.find("inner"))
+    assert inner.fast((80, 6)) == struct.pack("<HBx", 80, 6)
+    state = codec(btf, var_type(btf, ".rodata", "cfg_state"))
+    assert state.encode("ST_DEAD") == state.encode(7) == struct.pack("<i", 7)
+    # a struct with bitfields or overlapping union members keeps the checked path only
+    assert codec(btf, btf.find("event")).fast is None
+    assert encoded(c, {"pid": 7}) == checked_encode(c, {"pid": 7})  # partial: checked path
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(raw=st.one_of(st.binary(max_size=5), st.lists(st.integers(-1, 256), max_size=5)),
+       vals=st.lists(st.integers(-1, 2**32), max_size=4))
+def test_property_array_encoders_match_field_by_field(btf, raw, vals):
+    for field, value in (("raw", raw), ("vals", vals)):
+        c = codec(btf, member_type(btf, "event", field))
+        assert c.fast is not None
+        assert encoded(c, value) == checked_encode(c, value), field
+
+
 # --- hand-built BTF: what clang 14 does not emit ----------------------------------------------
 
 class BtfBuilder:
