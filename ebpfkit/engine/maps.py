@@ -182,7 +182,19 @@ class Map(MutableMapping):
 
     def update_many(self, pairs) -> None:
         """Write many (key, value) pairs: one syscall per few thousand where the kernel can."""
-        self.raw.update_many([(self._key_bytes(k), self._value_bytes(v)) for k, v in pairs])
+        self.raw.update_many(self.encode_pairs(pairs))
+
+    def encode_pairs(self, pairs) -> list[tuple[bytes, bytes]]:
+        """(key, value) pairs as the bytes ``raw.update_many`` writes (to this map, or to
+        another of the same types without encoding again)."""
+        pairs = list(pairs)
+        key_fast, value_fast = self._key_codec.fast, self._value_codec.fast
+        if key_fast is not None and value_fast is not None and not self.per_cpu:
+            try:  # whole keys and values: one pack call each, no per-item wrappers
+                return [(key_fast(k), value_fast(v)) for k, v in pairs]
+            except Exception:  # noqa: BLE001 - encoded again below, which names the bad one
+                pass
+        return [(self._key_bytes(k), self._value_bytes(v)) for k, v in pairs]
 
     def __delitem__(self, key) -> None:
         if not self.delete(key):

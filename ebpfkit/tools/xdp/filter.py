@@ -92,15 +92,19 @@ class FilterTables(Tables):
         """The rules in effect (or of set ``s``), by id."""
         return decode_entries(self._set_entries(self.active_set() if s is None else s))
 
-    def _write(self, s: int, add: list, delete: list) -> None:
-        suffix = "ab"[s]
-        for table, key, _ in delete:
-            self.maps[f"{table}_{suffix}"].delete(key)
+    def _write(self, sets, add: list, delete: list) -> None:
+        """Delete and add (table, key, value) entries in each set of ``sets`` (0, 1 or both)."""
+        sets = [sets] if isinstance(sets, int) else sets
+        for s in sets:
+            for table, key, _ in delete:
+                self.maps[f"{table}_{'ab'[s]}"].delete(key)
         by_table: dict[str, list] = {}
         for table, key, value in add:
             by_table.setdefault(table, []).append((key, value))
         for table, pairs in by_table.items():
-            self.maps[f"{table}_{suffix}"].update_many(pairs)
+            encoded = self.maps[f"{table}_a"].encode_pairs(pairs)  # the sets' tables share types
+            for s in sets:
+                self.maps[f"{table}_{'ab'[s]}"].raw.update_many(encoded)
 
     def _clear_set(self, s: int) -> None:
         for t in TABLES:
@@ -132,8 +136,8 @@ class FilterTables(Tables):
         self._check_room(len(rules))
         ids = list(range(1, len(rules) + 1))
         add = [e for rid, r in zip(ids, rules) for e in entries(r, rid)]
+        self._write((0, 1), add, [])
         for s in (0, 1):
-            self._write(s, add, [])
             self._set_gen(s, 1)
         self._set_gen(2, len(rules))
         self.maps["active"][0] = table_flags(rules)
