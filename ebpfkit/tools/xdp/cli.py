@@ -9,12 +9,13 @@ interface runs), so the kernel detaches and frees it even after a SIGKILL.
 
 from __future__ import annotations
 
+import contextlib
+
 import click
 
 from ...output import Column, Output, ResultTable, tool_options
 from ..common import build_config, interval_arguments, live_intervals
 from .modes import MODES
-from .session import FilterStats, LbStats
 
 FILTER_EXAMPLES = """\b
 Examples:
@@ -194,14 +195,21 @@ def _show_attached(out: Output, att, what: str) -> None:
 @interval_arguments
 def filter_run(iface, netns, mode, default, dry_run, max_rules, interval, count, **rule_args):
     """Filter in the foreground until Ctrl-C; print statistics every INTERVAL seconds."""
-    from . import filter as xf
+    from .session import open_filter
 
-    out = Output.from_context()
     rules, found = _gather_rules(**rule_args)
     config = _filter_config(default, dry_run, max_rules, mode, found)
-    att = xf.attach(iface, rules, config, netns=netns, persistent=False)
-    _foreground(out, att, f"Filtering on {att.iface.where} ({len(rules)} rules, program id {att.prog_id})...",
-                FilterStats, show_filter_stats, interval, count)
+    session = open_filter(config, iface=iface, netns=netns, rules=rules)
+    _run(session, f"Filtering on {session.iface.where} ({len(rules)} rules, program id {session.prog_id})...",
+         show_filter_stats, interval, count)
+
+
+def _run(session, banner: str, show, interval, count):
+    """A `run`: the session's counters every INTERVAL until Ctrl-C or COUNT, then detach."""
+    out = Output.from_context()
+    with session:
+        for _ in live_intervals(out, interval, count, banner):
+            show(out, session.sample())
 
 
 @filter_group.command("detach")
@@ -227,16 +235,38 @@ def rules_group():
     one atomic change (packets see all of it or none of it)."""
 
 
-@rules_group.command("list")
-@iface_options
-@tool_options
-def rules_list(iface, netns):
-    """The rules in effect, with their ids."""
-    from . import filter as xf
+@contextlib.contextmanager
+def _on_attached(kind: str, iface, netns):
+    """(output, session) of the filter ("filter") or load balancer ("lb") attached to the
+    interface by another command."""
+    from .session import attached_filter, attached_lb
 
-    out = Output.from_context()
-    with xf.open_pinned(iface, netns) as tables:
-        _print_rules(out, tables)
+    with (attached_filter if kind == "filter" else attached_lb)(iface, netns) as session:
+        yield Output.from_context(), session
+
+
+def _list_command(group, kind: str, show, help: str):
+    """`rules list` / `backend list`: ``show(out, tables)`` of the program attached to the interface."""
+    @group.command("list", help=help)
+    @iface_options
+    @tool_options
+    def list_command(iface, netns):
+        with _on_attached(kind, iface, netns) as (out, session):
+            show(out, session.tables)
+    return list_command
+
+
+@contextlib.contextmanager
+def _rule_change(iface, netns, rule_args: dict, required: str | None = None):
+    """(output, the rules the options give, the attached filter's tables) of a `rules`
+    command; ``required``: the error when the options give no rule."""
+    from .rules import RuleError
+
+    rules, _ = _gather_rules(**rule_args)
+    if required and not rules:
+        raise RuleError(required)
+    with _on_attached("filter", iface, netns) as (out, session):
+        yield out, rules, session.tables
 
 
 def _print_rules(out, tables, ids=None):
@@ -250,20 +280,17 @@ def _print_rules(out, tables, ids=None):
                                 f"{' (dry run)' if conf.dry_run else ''}"))
 
 
+rules_list = _list_command(rules_group, "filter", _print_rules, "The rules in effect, with their ids.")
+
+
 @rules_group.command("add")
 @iface_options
 @rule_options
 @tool_options
 def rules_add(iface, netns, **rule_args):
     """Add rules (all given at once, atomically)."""
-    from . import filter as xf
-    from .rules import RuleError
-
-    out = Output.from_context()
-    rules, _ = _gather_rules(**rule_args)
-    if not rules:
-        raise RuleError("no rule given: use --src/--dst/--proto/--dport/--sport, -r or -f")
-    with xf.open_pinned(iface, netns) as tables:
+    required = "no rule given: use --src/--dst/--proto/--dport/--sport, -r or -f"
+    with _rule_change(iface, netns, rule_args, required) as (out, rules, tables):
         ids = tables.apply(add=rules)
         _print_rules(out, tables, set(ids))
 
@@ -275,14 +302,10 @@ def rules_add(iface, netns, **rule_args):
 @tool_options
 def rules_del(iface, netns, ids, **rule_args):
     """Delete rules by id, or by giving the same rule again (all at once, atomically)."""
-    from . import filter as xf
     from .rules import RuleError
 
-    out = Output.from_context()
-    rules, _ = _gather_rules(**rule_args)
-    if not rules and not ids:
-        raise RuleError("no rule given: rule ids (see `rules list`) or the rule's flags")
-    with xf.open_pinned(iface, netns) as tables:
+    required = None if ids else "no rule given: rule ids (see `rules list`) or the rule's flags"
+    with _rule_change(iface, netns, rule_args, required) as (out, rules, tables):
         current = {r.match_key: rid for rid, r in tables.rules().items()}
         missing = [str(r) for r in rules if r.match_key not in current]
         if missing:
@@ -299,11 +322,7 @@ def rules_del(iface, netns, ids, **rule_args):
 @tool_options
 def rules_replace(iface, netns, **rule_args):
     """Make the rules exactly these (kept rules keep their ids and counters), atomically."""
-    from . import filter as xf
-
-    out = Output.from_context()
-    rules, _ = _gather_rules(**rule_args)
-    with xf.open_pinned(iface, netns) as tables:
+    with _rule_change(iface, netns, rule_args) as (out, rules, tables):
         added, deleted = tables.replace(rules)
         out.info("added %d, deleted %d rule(s)", len(added), len(deleted))
         _print_rules(out, tables)
@@ -316,48 +335,26 @@ def show_filter_stats(out: Output, doc: dict) -> None:
     out.document(doc, [rule_table, total_table])
 
 
-@filter_group.command("stats")
-@iface_options
-@tool_options
-@interval_arguments
-def filter_stats(iface, netns, interval, count):
-    """Per-rule packet/byte hits, per-action totals and, per INTERVAL, pps/bps."""
-    from . import filter as xf
-    from . import pins
-
-    out = Output.from_context()
-    with xf.open_pinned(iface, netns) as tables:
-        sampler = FilterStats(tables, _iface_or_none(pins, iface, netns))
-        _show_stats(out, sampler, show_filter_stats, interval, count)
-
-
-def _show_stats(out, sampler, show, interval, count):
-    """The counters once, or every INTERVAL with rates (measured from a first sample)."""
-    if interval is None:
-        show(out, sampler.sample())
-        return
-    sampler.sample()
-    _every_interval(out, sampler, show, interval, count)
+def _stats_command(group, kind: str, show, help: str):
+    """`filter stats` / `lb stats`: ``show(out, document)`` of the counters of the program
+    attached to the interface once, or every INTERVAL with rates (measured from a first sample)."""
+    @group.command("stats", help=help)
+    @iface_options
+    @tool_options
+    @interval_arguments
+    def stats_command(iface, netns, interval, count):
+        with _on_attached(kind, iface, netns) as (out, session):
+            if interval is None:
+                show(out, session.sample())
+                return
+            session.sample()
+            for _ in live_intervals(out, interval, count):
+                show(out, session.sample())
+    return stats_command
 
 
-def _every_interval(out, sampler, show, interval, count, banner=None):
-    for _ in live_intervals(out, interval, count, banner):
-        show(out, sampler.sample())
-
-
-def _foreground(out, att, banner: str, sampler, show, interval, count):
-    """A `run`: statistics every INTERVAL until Ctrl-C or COUNT, then detach."""
-    try:
-        _every_interval(out, sampler(att.tables, att.iface), show, interval, count, banner)
-    finally:
-        att.close()
-
-
-def _iface_or_none(pins, iface, netns):
-    try:
-        return pins.lookup_iface(iface, netns)
-    except pins.InterfaceError:
-        return None
+filter_stats = _stats_command(filter_group, "filter", show_filter_stats,
+                              "Per-rule packet/byte hits, per-action totals and, per INTERVAL, pps/bps.")
 
 
 # --- load balancer -------------------------------------------------------------------------------
@@ -378,7 +375,7 @@ def lb_attach_options(func):
                      help="A backend on a directly connected network (repeatable)."),
         click.option("--table-size", type=int, default=65537, show_default=True,
                      help="Maglev table size M (a prime, much larger than the backend count)."),
-        click.option("--max-backends", type=click.IntRange(1, 65536), default=256, show_default=True,
+        click.option("--max-backends", type=int, default=256, show_default=True,
                      help="Room for this many backends."),
     ]
     for option in reversed(options):
@@ -386,12 +383,11 @@ def lb_attach_options(func):
     return func
 
 
-def _lb_attach(iface, netns, mode, vip, backends, table_size, max_backends, persistent):
-    from . import lb
+def _lb_config(mode, vip, backends, table_size, max_backends):
+    from .lb import LbConfig
 
-    specs = [lb.parse_backend(b) for b in backends]
-    return lb.attach(iface, lb.parse_vip(vip), specs, netns=netns, mode=mode, table_size=table_size,
-                     max_backends=max_backends, persistent=persistent)
+    return build_config(LbConfig, vip=vip, backends=backends, table_size=table_size,
+                        max_backends=max_backends, mode=mode)
 
 
 @lb_group.command("attach")
@@ -399,8 +395,11 @@ def _lb_attach(iface, netns, mode, vip, backends, table_size, max_backends, pers
 @tool_options
 def lb_attach(iface, netns, mode, vip, backends, table_size, max_backends):
     """Attach the load balancer to an interface and leave it there (pinned)."""
+    from . import lb
+
     out = Output.from_context()
-    att = _lb_attach(iface, netns, mode, vip, backends, table_size, max_backends, True)
+    config = _lb_config(mode, vip, backends, table_size, max_backends)
+    att = lb.attach(iface, config, netns=netns, persistent=True)
     try:
         _show_attached(out, att, "lb")
     finally:
@@ -413,10 +412,12 @@ def lb_attach(iface, netns, mode, vip, backends, table_size, max_backends):
 @interval_arguments
 def lb_run(iface, netns, mode, vip, backends, table_size, max_backends, interval, count):
     """Balance in the foreground until Ctrl-C; print statistics every INTERVAL seconds."""
-    out = Output.from_context()
-    att = _lb_attach(iface, netns, mode, vip, backends, table_size, max_backends, False)
-    _foreground(out, att, f"Balancing {vip} on {att.iface.where} over {len(backends)} backends...",
-                LbStats, show_lb_stats, interval, count)
+    from .session import open_lb
+
+    config = _lb_config(mode, vip, backends, table_size, max_backends)
+    session = open_lb(config, iface=iface, netns=netns)
+    _run(session, f"Balancing {vip} on {session.iface.where} over {len(backends)} backends...",
+         show_lb_stats, interval, count)
 
 
 @lb_group.command("detach")
@@ -439,18 +440,6 @@ def _backend_row(b, share: int | None = None) -> dict:
     return row
 
 
-@backend_group.command("list")
-@iface_options
-@tool_options
-def backend_list(iface, netns):
-    """The live backends and how many table entries each owns."""
-    from . import lb
-
-    out = Output.from_context()
-    with lb.open_pinned(iface, netns) as tables:
-        _print_backends(out, tables)
-
-
 def _print_backends(out, tables):
     table = tables.table()
     owned: dict[int, int] = {}
@@ -464,6 +453,10 @@ def _print_backends(out, tables):
                                       f"(Maglev table of {conf['table_size']})"))
 
 
+backend_list = _list_command(backend_group, "lb", _print_backends,
+                             "The live backends and how many table entries each owns.")
+
+
 @backend_group.command("add")
 @iface_options
 @click.argument("backends", nargs=-1, required=True, metavar="IP[,weight=N][,mac=MAC]...")
@@ -472,12 +465,11 @@ def backend_add(iface, netns, backends):
     """Add backends (MACs resolved in the interface's namespace)."""
     from . import lb, pins
 
-    out = Output.from_context()
     specs = [lb.parse_backend(b) for b in backends]
-    with lb.open_pinned(iface, netns) as tables:
+    with _on_attached("lb", iface, netns) as (out, session):
         where = pins.lookup_iface(iface, netns)
-        tables.change(add=[lb.resolve(where, s) for s in specs], xdp_ifindex=where.ifindex)
-        _print_backends(out, tables)
+        session.tables.change(add=[lb.resolve(where, s) for s in specs], xdp_ifindex=where.ifindex)
+        _print_backends(out, session.tables)
 
 
 @backend_group.command("del")
@@ -488,13 +480,12 @@ def backend_del(iface, netns, backends):
     """Remove backends: only the flows they served move."""
     from . import lb, pins
 
-    out = Output.from_context()
     for b in backends:
         lb.parse_backend(b)  # a clear error for a non-address
-    with lb.open_pinned(iface, netns) as tables:
+    with _on_attached("lb", iface, netns) as (out, session):
         where = pins.lookup_iface(iface, netns)
-        tables.change(delete=[b.split(",")[0] for b in backends], xdp_ifindex=where.ifindex)
-        _print_backends(out, tables)
+        session.tables.change(delete=[b.split(",")[0] for b in backends], xdp_ifindex=where.ifindex)
+        _print_backends(out, session.tables)
 
 
 def show_lb_stats(out: Output, doc: dict) -> None:
@@ -504,14 +495,5 @@ def show_lb_stats(out: Output, doc: dict) -> None:
         ResultTable(["counter", "packets", "bytes", "pps", "bps"], doc["totals"], title="totals")])
 
 
-@lb_group.command("stats")
-@iface_options
-@tool_options
-@interval_arguments
-def lb_stats(iface, netns, interval, count):
-    """Per-backend packets and bytes, totals and, per INTERVAL, pps/bps."""
-    from . import lb, pins
-
-    out = Output.from_context()
-    with lb.open_pinned(iface, netns) as tables:
-        _show_stats(out, LbStats(tables, _iface_or_none(pins, iface, netns)), show_lb_stats, interval, count)
+lb_stats = _stats_command(lb_group, "lb", show_lb_stats,
+                          "Per-backend packets and bytes, totals and, per INTERVAL, pps/bps.")

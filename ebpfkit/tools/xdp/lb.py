@@ -1,7 +1,7 @@
 """The XDP load balancer: one VIP (address, port, protocol) spread over backends by a Maglev
 table, forwarded at L2 for direct server return (see xdp_lb.bpf.c).
 
-    att = attach("veth0", parse_vip("10.0.0.100:80/tcp"), [parse_backend("10.0.0.11")])
+    att = attach("veth0", LbConfig(vip="10.0.0.100:80/tcp", backends=["10.0.0.11"]))
     with open_pinned("veth0") as lb:            # another process, later
         lb.change(add=[resolve(lb_iface, parse_backend("10.0.0.12"))])
 
@@ -20,15 +20,17 @@ import struct
 import time
 from dataclasses import dataclass
 
-from ...errors import EbpfkitError
+from ...errors import ConfigError, EbpfkitError
+from ..config import ToolConfig, check_choice
 from . import maglev, pins
 from .counters import ZERO, counter, slot_names
 from .rules import parse_proto, proto_name
-from .modes import mode_enumerator, mode_name
+from .modes import MODES, mode_enumerator, mode_name
 from .tables import Tables
 
 PROGRAM = os.path.join(os.path.dirname(__file__), "xdp_lb.bpf.c")
 DEFAULT_MAX_BACKENDS = 256
+MAX_BACKENDS = 65536
 DEFAULT_FLOWS = 65536
 MAP_NAMES = ("backends", "table_a", "table_b", "lb_active", "barrier", "flows", "tx_ports",
              "backend_stats", "lb_totals", "lb_conf")
@@ -107,6 +109,58 @@ def parse_backend(text: str) -> BackendSpec:
         else:
             raise LbError(f"bad backend '{text}': '{opt}' (options: weight=1-65535, mac=aa:bb:..)")
     return BackendSpec(addr, weight, mac)
+
+
+@dataclass(frozen=True)
+class LbConfig(ToolConfig):
+    """What `lb attach` / `lb run` take: one VIP, its backends, the table sizes, the attach
+    mode; checked the same from the CLI, YAML or a notebook (ConfigError naming the setting,
+    exit 2). Addresses stay as given (text); ``parsed_vip()`` and ``backend_specs()`` parse them."""
+
+    vip: str                         # IP:PORT[/tcp|udp|sctp]
+    backends: tuple[str, ...] = ()   # IP[,weight=N][,mac=MAC] each
+    table_size: int = maglev.DEFAULT_SIZE
+    max_backends: int = DEFAULT_MAX_BACKENDS
+    mode: str = "auto"
+
+    def validate(self) -> None:
+        if isinstance(self.backends, str) or not isinstance(self.backends, (list, tuple)):
+            raise ConfigError("backends", "expected a list of IP[,weight=N][,mac=MAC], got "
+                                          f"{type(self.backends).__name__} {self.backends!r}")
+        object.__setattr__(self, "backends", tuple(self.backends))  # a YAML list, made immutable
+        vip = _parsed("vip", parse_vip, self.vip)
+        names = [_parsed("backends", parse_backend, b).name for b in self.backends]
+        if not names:
+            raise ConfigError("backends", f"VIP {vip} has no backends: give at least one")
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ConfigError("backends", f"backend {', '.join(twice)} is given twice")
+        check_sizes(self.table_size, self.max_backends)
+        check_choice("mode", self.mode, MODES)
+
+    def parsed_vip(self) -> Vip:
+        return parse_vip(self.vip)
+
+    def backend_specs(self) -> list[BackendSpec]:
+        return [parse_backend(b) for b in self.backends]
+
+
+def _parsed(field: str, parse, text):
+    """``parse(text)``, its LbError a ConfigError naming the setting."""
+    try:
+        return parse(text)
+    except LbError as exc:
+        raise ConfigError(field, str(exc)) from None
+
+
+def check_sizes(table_size: int, max_backends: int) -> None:
+    """A Maglev table of prime size, with room for at most that many backends."""
+    if not maglev.is_prime(table_size):
+        raise ConfigError("table_size", f"{table_size} is not prime (65537 and 655373 are)")
+    if not 1 <= max_backends <= MAX_BACKENDS:
+        raise ConfigError("max_backends", f"must be in 1..{MAX_BACKENDS}, got {max_backends}")
+    if max_backends > table_size:
+        raise ConfigError("max_backends", f"must not exceed the table size {table_size}, got {max_backends}")
 
 
 def flow_hash(src: str, dst: str, sport: int, dport: int, proto: int = 6) -> int:
@@ -374,12 +428,7 @@ def load_lb(vip: Vip, backends: list[Backend], table_size: int = maglev.DEFAULT_
     (None: the caller's namespace)."""
     from ...engine import compile as compile_bpf
 
-    if not backends:
-        raise LbError(f"VIP {vip} has no backends: give at least one --backend")
-    if not maglev.is_prime(table_size):
-        raise LbError(f"--table-size {table_size} is not prime (65537 and 655373 are)")
-    if not 1 <= max_backends <= table_size:
-        raise LbError(f"--max-backends must be 1..{table_size}")
+    check_sizes(table_size, max_backends)
     spec = compile_bpf(PROGRAM)
     spec.rodata.update({"vip_addr": vip.addr.packed.ljust(16, b"\0"), "vip_family": vip.addr.version,
                         "vip_proto": vip.proto, "vip_port": vip.port, "table_size": table_size})
@@ -399,20 +448,16 @@ def load_lb(vip: Vip, backends: list[Backend], table_size: int = maglev.DEFAULT_
     return obj, tables
 
 
-def attach(iface_name: str, vip: Vip, backends: list[BackendSpec], netns: str | None = None,
-           mode: str = "auto", table_size: int = maglev.DEFAULT_SIZE,
-           max_backends: int = DEFAULT_MAX_BACKENDS, persistent: bool = True) -> pins.Attachment:
-    if not backends:
-        raise LbError(f"VIP {vip} has no backends: give at least one --backend")
-    names = [b.name for b in backends]
-    if len(set(names)) != len(names):
-        raise LbError("a backend is given twice")
+def attach(iface_name: str, config: LbConfig, netns: str | None = None,
+           persistent: bool = True) -> pins.Attachment:
+    """Resolve the backends' MACs, load the load balancer and attach it to the interface;
+    pinned if ``persistent``."""
     iface = pins.lookup_iface(iface_name, netns)
-    resolved = [resolve(iface, b) for b in backends]
+    resolved = [resolve(iface, b) for b in config.backend_specs()]
     return pins.attach(
-        lambda: load_lb(vip, resolved, table_size, max_backends, mode=mode, xdp_ifindex=iface.ifindex,
-                        netns=netns),
-        "xdp_lb", iface, mode, "lb", persistent)
+        lambda: load_lb(config.parsed_vip(), resolved, config.table_size, config.max_backends,
+                        mode=config.mode, xdp_ifindex=iface.ifindex, netns=netns),
+        "xdp_lb", iface, config.mode, "lb", persistent)
 
 
 def open_pinned(iface_name: str, netns: str | None = None) -> LbTables:

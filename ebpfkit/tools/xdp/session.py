@@ -1,69 +1,106 @@
-"""xdp's session side: what the filter's and the load balancer's counters say, as data.
+"""xdp's sessions: the filter and the load balancer as a notebook or the exporter use them,
+with no click, printing or formats::
 
-``FilterStats(tables, iface).sample()`` and ``LbStats(...).sample()`` return one document per
-call: per-rule (per-backend) packets and bytes, the totals and, from the second call on,
-pps/bps since the previous one. The CLI renders them; an exporter or a notebook reads the
-same documents. ``tables`` is a running program's maps: ``filter.open_pinned(iface)`` /
-``lb.open_pinned(iface)``, or an ``attach()``'s ``.tables``.
+    from ebpfkit.tools import xdp
+    with xdp.open_filter(iface="eth1", rules=["src 192.0.2.0/24"], mode="generic") as session:
+        time.sleep(1)
+        doc = session.sample()     # {"rules": [{id, rule, packets, bytes, pps, bps}], "totals": [...]}
+        session.tables.apply(add=[xdp.parse_rule("proto icmp")])   # rules change while it runs
+    with xdp.open_lb(iface="eth1", vip="10.0.0.100:80/tcp", backends=["10.0.0.11", "10.0.0.12"]) as lb:
+        lb.sample()["backends"]    # per backend: packets, bytes, pps, bps
+    with xdp.attached_filter("eth1") as session:   # the one `ebpfkit xdp filter attach` left
+        session.sample()
+
+``open_filter`` / ``open_lb`` take a FilterConfig / LbConfig or its settings as keywords and
+attach a program that pins nothing, as `run` does: ``close()`` (the end of the ``with``)
+detaches it, and the kernel does if the process dies. ``attached_filter`` / ``attached_lb``
+read a program another command attached (pinned by `attach`, or a `run`'s); their
+``close()`` only lets go of its maps. ``sample()`` documents are stats.py's.
 """
 
 from __future__ import annotations
 
-import time
+from ..session import ToolSession
+from . import pins
+from .filter import FilterConfig
+from .filter import attach as attach_filter
+from .filter import open_pinned as filter_tables
+from .lb import LbConfig
+from .lb import attach as attach_lb
+from .lb import open_pinned as lb_tables
+from .rules import Rule, parse_rule
+from .stats import FilterStats, LbStats
 
 
-def _rate(now: int, before: int | None, seconds: float | None):
-    if before is None or not seconds:
-        return None
-    return round((now - before) / seconds, 1)
+class XdpSession(ToolSession):
+    """One XDP program: ``sample()`` its counters (with rates since the previous sample),
+    ``tables`` its maps (changed live), ``iface`` where it runs (None if that is gone)."""
 
+    STATS: type = FilterStats  # the counter view of the program's kind
 
-def _counter_row(row: dict, counter: tuple, before, seconds) -> dict:
-    """``row`` with packets and bytes, and pps and bps since ``before`` (the previous sample)."""
-    pk, by = counter
-    return {**row, "packets": pk, "bytes": by, "pps": _rate(pk, before and before[0], seconds),
-            "bps": _rate(8 * by, before and 8 * before[1], seconds)}
+    def __init__(self, tables, iface: pins.Iface | None, attachment: pins.Attachment | None = None):
+        self.tables, self.iface, self.attachment = tables, iface, attachment
+        self._stats = self.STATS(tables, iface)
 
-
-class _CounterView:
-    """Counters of a pinned XDP program as rows, with rates since the previous sample."""
-
-    def __init__(self, tables, iface=None):
-        self.tables, self.iface = tables, iface
-        self.prev: dict = {}
-        self.prev_totals: dict = {}
-        self.when: float | None = None
-
-    def _document(self, name: str, items, counters: dict, config: dict, totals: dict) -> dict:
-        """``items``: (key, row) per counted thing; ``counters``: key -> (packets, bytes)."""
-        from ...output.values import iso_time, now
-
-        t = time.monotonic()
-        seconds = t - self.when if self.when is not None else None
-        rows = [_counter_row(row, counters.get(key, (0, 0)), self.prev.get(key), seconds) for key, row in items]
-        total_rows = [_counter_row({"counter": n}, c, self.prev_totals.get(n), seconds) for n, c in totals.items()]
-        self.prev, self.prev_totals, self.when = counters, totals, t
-        return {"time": iso_time(now()), "interval": round(seconds, 6) if seconds else None,
-                "iface": self.iface.name if self.iface else None,
-                "netns": self.iface.netns if self.iface else None, **config,
-                name: rows, "totals": total_rows}
-
-
-class FilterStats(_CounterView):
-    """A filter's per-rule and per-action counters."""
+    @property
+    def prog_id(self) -> int | None:
+        """The program this session attached (None for one attached by another command)."""
+        return self.attachment.prog_id if self.attachment else None
 
     def sample(self) -> dict:
-        rules = self.tables.rules()
-        counters = self.tables.rule_counters(rules)
-        return self._document("rules", [(rid, {"id": rid, "rule": str(r)}) for rid, r in sorted(rules.items())],
-                              counters, self.tables.config().to_dict(), self.tables.totals(counters))
+        return self._stats.sample()
+
+    def close(self) -> None:
+        """Detach what this session attached; of a program another command attached, only
+        close our maps."""
+        (self.attachment or self.tables).close()
 
 
-class LbStats(_CounterView):
-    """A load balancer's per-backend counters and totals."""
+class FilterSession(XdpSession):
+    """The filter: ``tables`` is a FilterTables (``rules()``, ``apply(add=, delete=)``, ``replace()``)."""
 
-    def sample(self) -> dict:
-        backends = self.tables.backends()
-        counters = self.tables.backend_counters()
-        items = [(b.slot, {"slot": b.slot, "backend": b.name, "weight": b.weight}) for b in backends]
-        return self._document("backends", items, counters, self.tables.config(), self.tables.totals())
+    STATS = FilterStats
+
+
+class LbSession(XdpSession):
+    """The load balancer: ``tables`` is an LbTables (``backends()``, ``change(add=, delete=)``)."""
+
+    STATS = LbStats
+
+
+def open_filter(config: FilterConfig | None = None, *, iface: str, netns: str | None = None,
+                rules=(), **settings) -> FilterSession:
+    """Attach the filter to ``iface`` (of network namespace ``netns``) with ``rules``: Rule
+    objects or their text ("src 10.0.0.0/8 proto tcp dport 22")."""
+    config = FilterConfig.given(config, **settings)
+    rules = [r if isinstance(r, Rule) else parse_rule(r) for r in rules]
+    att = attach_filter(iface, rules, config, netns=netns, persistent=False)
+    return FilterSession(att.tables, att.iface, att)
+
+
+def open_lb(config: LbConfig | None = None, *, iface: str, netns: str | None = None,
+            **settings) -> LbSession:
+    """Attach the load balancer to ``iface`` (backend MACs resolved in ``netns``)."""
+    att = attach_lb(iface, LbConfig.given(config, **settings), netns=netns, persistent=False)
+    return LbSession(att.tables, att.iface, att)
+
+
+def attached_filter(iface: str, netns: str | None = None) -> FilterSession:
+    """The filter another command attached to ``iface``; NotAttachedError if there is none."""
+    return _attached(FilterSession, filter_tables(iface, netns), iface, netns)
+
+
+def attached_lb(iface: str, netns: str | None = None) -> LbSession:
+    """The load balancer another command attached to ``iface``; NotAttachedError if there is none."""
+    return _attached(LbSession, lb_tables(iface, netns), iface, netns)
+
+
+def _attached(session_class, tables, iface: str, netns: str | None) -> XdpSession:
+    try:
+        where = pins.lookup_iface(iface, netns)
+    except pins.InterfaceError:  # pins of an interface since removed: the counters still read
+        where = None
+    except BaseException:
+        tables.close()
+        raise
+    return session_class(tables, where)

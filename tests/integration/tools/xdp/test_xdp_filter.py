@@ -668,3 +668,91 @@ def test_foreground_run_leaves_nothing_behind(veth_pair, wire, capsys, sig):
     assert _no_pins_for(pair), "pins were left"
     rc, _, err = ek(capsys, "xdp", "filter", "detach", *where)
     assert rc == 0 and "nothing was attached" in err
+
+
+# --- from Python: the sessions ------------------------------------------------------------------
+
+def _udp_from(pair, src: str, case: int):
+    """Frames from ``src`` across the veth, numbered by seq and marked ``case``."""
+    from scapy.layers.inet import IP, UDP
+    from scapy.layers.l2 import Ether
+
+    return lambda seq: bytes(Ether(src=pair.b.mac, dst=pair.a.mac) / IP(src=src, dst=pair.a.address)
+                             / UDP(sport=1000, dport=4000) / payload(case, seq))
+
+
+def _counted(doc) -> dict[str, tuple[int, int]]:
+    return {r["rule"]: (r["packets"], r["bytes"]) for r in doc["rules"]}
+
+
+def test_filter_session_counts_exactly_the_packets_sent_and_detaches(veth_pair, wire):
+    """open_filter() attaches (pinning nothing), sample() counts per rule exactly what the peer
+    sent, rules change live through .tables, and close() leaves nothing attached or loaded."""
+    from ebpfkit.tools import xdp
+
+    pair = veth_pair
+    blocked, other, allowed = (_udp_from(pair, src, case) for src, case in
+                               (("192.0.2.9", 1), ("198.51.100.9", 2), ("10.199.0.2", 3)))
+    n, m = 37, 11
+    with xdp.open_filter(iface=pair.a.ifname, netns=pair.a.netns, rules=["src 192.0.2.0/24"],
+                         mode="native") as session:
+        prog = session.prog_id
+        assert (_attached(pair)["prog_id"], _attached(pair)["mode"]) == (prog, "native")
+        assert _no_pins_for(pair), "a session pinned"
+        assert _counted(session.sample()) == {"src 192.0.2.0/24": (0, 0)}
+        for seq in range(n):
+            wire.send(blocked(seq))
+            wire.send(allowed(seq))
+        wire.settle(_sentinel(pair), SENTINEL)
+        doc = session.sample()
+        assert wire.received(1) == set() and wire.received(3) == set(range(n))
+        sent = sum(len(blocked(s)) for s in range(n))
+        assert _counted(doc) == {"src 192.0.2.0/24": (n, sent)}
+        totals = {t["counter"]: t["packets"] for t in doc["totals"]}
+        assert totals["dropped"] == totals["matched"] == n and totals["malformed"] == 0
+        assert (doc["iface"], doc["netns"], doc["mode"], doc["default"]) == (pair.a.ifname, pair.a.netns,
+                                                                             "native", "allow")
+        # a rule added while it runs drops from then on, and is counted on its own
+        (added,) = session.tables.apply(add=[xdp.parse_rule("src 198.51.100.0/24")])
+        for seq in range(m):
+            wire.send(other(seq))
+        wire.settle(_sentinel(pair), SENTINEL)
+        assert wire.received(2) == set()
+        later = session.sample()
+        assert _counted(later) == {"src 192.0.2.0/24": (n, sent),
+                                   "src 198.51.100.0/24": (m, sum(len(other(s)) for s in range(m)))}
+        assert next(r["id"] for r in later["rules"] if r["rule"] == "src 198.51.100.0/24") == added
+        assert later["interval"] > 0
+    assert _attached(pair) == {}, "still attached after close()"
+    assert _no_pins_for(pair)
+    assert wait_for(lambda: prog not in _loaded_filters(), 10), "the session's program is still loaded"
+
+
+def test_attached_filter_reads_the_counters_of_a_cli_attach(veth_pair, wire, capsys):
+    from ebpfkit.tools import xdp
+    from ebpfkit.tools.xdp.pins import NotAttachedError
+
+    pair = veth_pair
+    where = _filter_args(pair)
+    with pytest.raises(NotAttachedError, match=f"no ebpfkit XDP filter is attached to {pair.a.ifname} "):
+        xdp.attached_filter(pair.a.ifname, pair.a.netns)
+    by_src, by_port = _udp_from(pair, "192.0.2.9", 1), _udp_from(pair, "10.199.0.2", 2)
+    try:
+        rc, _, err = ek(capsys, "xdp", "filter", "attach", *where, "--src", "192.0.2.0/24", "--dport", "udp:4000")
+        assert rc == 0, err
+        prog = _attached(pair)["prog_id"]
+        for seq in range(13):
+            wire.send(by_src(seq))
+        for seq in range(29):
+            wire.send(by_port(seq))
+        wire.settle(_sentinel(pair), SENTINEL)  # udp 4001: no rule
+        with xdp.attached_filter(pair.a.ifname, pair.a.netns) as session:
+            doc = session.sample()
+            assert session.prog_id is None  # it attached nothing
+        assert {r: c[0] for r, c in _counted(doc).items()} == {"src 192.0.2.0/24": 13, "proto udp dport 4000": 29}
+        assert (doc["iface"], doc["netns"]) == (pair.a.ifname, pair.a.netns)
+        assert _attached(pair)["prog_id"] == prog, "closing the reader detached the program"
+        assert _counted(ek_json(capsys, "xdp", "filter", "stats", *where)) == _counted(doc)  # what the CLI reads
+    finally:
+        ek(capsys, "xdp", "filter", "detach", *where)
+    assert _attached(pair) == {} and _no_pins_for(pair)

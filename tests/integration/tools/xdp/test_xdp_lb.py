@@ -503,3 +503,78 @@ def test_foreground_run_killed_leaves_nothing_attached(veth_pair, capsys):
     assert not os.path.exists(pins)
     rc, _, err = ek(capsys, "xdp", "lb", "detach", *where)
     assert rc == 0 and "nothing was attached" in err
+
+
+# --- from Python: the session -------------------------------------------------------------------
+
+MARK = b"EKLB|"
+
+
+def _frames_back(sock, want: int, timeout: float = 5.0) -> collections.Counter:
+    """Destination MAC -> how many marked frames came back out of the load balancer."""
+    seen: collections.Counter = collections.Counter()
+    deadline = time.monotonic() + timeout
+    sock.settimeout(0.2)
+    while sum(seen.values()) < want and time.monotonic() < deadline:
+        try:
+            frame, addr = sock.recvfrom(65535)
+        except socket.timeout:
+            continue
+        if addr[2] != socket.PACKET_OUTGOING and MARK in frame:
+            seen[frame[:6].hex(":")] += 1
+    return seen
+
+
+def test_lb_session_spreads_exactly_the_packets_sent_and_detaches(veth_pair):
+    """open_lb() attaches (pinning nothing); every frame the peer sends to the VIP comes back
+    out towards the backend the Maglev model picks, sample() counts exactly those per backend,
+    attached_lb() reads the same through the program, and close() leaves nothing attached."""
+    from scapy.layers.inet import IP, TCP
+    from scapy.layers.l2 import Ether
+
+    from ebpfkit.tools import xdp
+    from ebpfkit.tools.xdp import maglev
+    from ebpfkit.tools.xdp.pins import NotAttachedError
+
+    pair = veth_pair
+    fake_mac = "02:00:00:00:00:33"
+    macs = {pair.b.address: pair.b.mac.lower(), "10.199.0.3": fake_mac}  # .3: no host, MAC given
+    model = maglev.build_table(list(macs), 4099)
+    n = 60
+    frames = [bytes(Ether(src=pair.b.mac, dst=pair.a.mac) / IP(src=pair.b.address, dst=VIP)
+                    / TCP(sport=30000 + i, dport=PORT, flags="S") / MARK) for i in range(n)]
+    expected = collections.Counter(_model_backend(model, pair.b.address, VIP, 30000 + i, PORT) for i in range(n))
+    assert len(expected) == 2, "the model sends every flow to one backend: pick other ports"
+    rx = in_netns(pair.b.netns, socket.socket, socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
+    tx = in_netns(pair.b.netns, socket.socket, socket.AF_PACKET, socket.SOCK_RAW, 0)
+    try:
+        rx.bind((pair.b.ifname, 0))
+        tx.bind((pair.b.ifname, 0))
+        with xdp.open_lb(iface=pair.a.ifname, netns=pair.a.netns, vip=f"{VIP}:{PORT}/tcp",
+                         backends=[pair.b.address, f"10.199.0.3,mac={fake_mac}"], table_size=4099,
+                         mode="generic") as session:
+            prog = session.prog_id
+            assert xdp_attached(pair.a.netns, pair.a.ifname)["prog_id"] == prog
+            assert not os.path.exists(f"/sys/fs/bpf/ebpfkit/xdp/{pair.a.ifname}@{pair.a.netns}"), "a session pinned"
+            for frame in frames:
+                tx.send(frame)
+            back = _frames_back(rx, n)
+            assert back == collections.Counter({macs[b]: k for b, k in expected.items()})
+            doc = session.sample()
+            counted = {b["backend"]: b["packets"] for b in doc["backends"]}
+            assert counted == {b: expected.get(b, 0) for b in macs}
+            assert sum(counted.values()) == n
+            assert sum(b["bytes"] for b in doc["backends"]) == sum(map(len, frames))
+            totals = {t["counter"]: t["packets"] for t in doc["totals"]}
+            assert totals["forwarded"] == totals["tx"] == n
+            assert (doc["vip"], doc["table_size"], doc["mode"]) == (f"{VIP}:{PORT}/tcp", 4099, "generic")
+            with xdp.attached_lb(pair.a.ifname, pair.a.netns) as reader:  # found through the program
+                assert {b["backend"]: b["packets"] for b in reader.sample()["backends"]} == counted
+            assert xdp_attached(pair.a.netns, pair.a.ifname)["prog_id"] == prog
+    finally:
+        rx.close()
+        tx.close()
+    assert xdp_attached(pair.a.netns, pair.a.ifname) == {}, "still attached after close()"
+    assert not os.path.exists(f"/sys/fs/bpf/ebpfkit/xdp/{pair.a.ifname}@{pair.a.netns}")
+    with pytest.raises(NotAttachedError, match="no ebpfkit XDP load balancer is attached"):
+        xdp.attached_lb(pair.a.ifname, pair.a.netns)
