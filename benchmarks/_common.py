@@ -20,7 +20,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 PROGRAMS = HERE / "programs"
-BCC_PYTHON = "/usr/bin/python3"  # Debian's python3-bpfcc installs BCC for the system Python only
+BCC_PYTHON = "/usr/bin/python3"  # Debian's python3-bpfcc installs BCC for the system Python only (as ebpfkit.bcc.probe.SYSTEM_PYTHON)
 START_TIMEOUT = 120.0
 
 
@@ -67,19 +67,18 @@ def ebpfkit_tool(workdir: Path) -> Tool:
 
 
 def bcc_tool() -> Tool:
-    if not os.path.exists(BCC_PYTHON):
-        return Tool("BCC", False, "not installed: apt-get install python3-bpfcc")
-    probe = subprocess.run([BCC_PYTHON, "-c", "import bcc; print(bcc.__version__)"], capture_output=True,
-                           text=True)
-    if probe.returncode != 0:
-        return Tool("BCC", False, "not installed: apt-get install python3-bpfcc")
-    sys.path.insert(0, str(HERE))
+    sys.path[:0] = [str(HERE), str(REPO)]
     from bcc_headers import bcc_kernel_env
 
+    from ebpfkit.bcc.probe import bcc_version
+
+    version = bcc_version(BCC_PYTHON) if os.path.exists(BCC_PYTHON) else None
+    if version is None:
+        return Tool("BCC", False, "not installed: apt-get install python3-bpfcc")
     env, headers = bcc_kernel_env()
     if env is None:
         return Tool("BCC", False, headers)
-    return Tool("BCC", True, f"BCC {probe.stdout.strip()} via {BCC_PYTHON}; headers: {headers}",
+    return Tool("BCC", True, f"BCC {version} via {BCC_PYTHON}; headers: {headers}",
                 [BCC_PYTHON, str(PROGRAMS / "launch_bcc.py")], env)
 
 

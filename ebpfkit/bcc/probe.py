@@ -20,7 +20,7 @@ def bcc_available() -> Probe:
     return features.probe("bcc")
 
 
-def _python_imports_bcc(python: str) -> str | None:
+def bcc_version(python: str) -> str | None:
     """bcc's version when ``python`` can import it (checked in a child process), else None."""
     code = "import bcc; print(getattr(bcc, '__version__', '?'))"
     try:
@@ -40,7 +40,7 @@ def _probe_bcc(name, lbl):
         # our own interpreter: a cheap find_spec first, so a missing bcc costs no child process
         if python == sys.executable and importlib.util.find_spec("bcc") is None:
             continue
-        if os.path.exists(python) and (version := _python_imports_bcc(python)) is not None:
+        if os.path.exists(python) and (version := bcc_version(python)) is not None:
             where = "this python" if python == sys.executable else python
             reason = f"bcc {version} importable with {where}"
             headers = f"/lib/modules/{features.kernel_release()}/build"

@@ -245,7 +245,9 @@ def _tc_clsact(prog, ifindex: int, direction: str) -> Link:
     handle, priority = opts.handle, opts.priority
     # the filter is found by ifindex in a network namespace: the attaching thread's, which need
     # not be the one that closes the link (a tool or test attaching from inside a netns)
-    netns = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    from ..net.netns import hold_current, run_in_held
+
+    netns = hold_current()
 
     def remove_filter():
         d = L.bpf_tc_opts(handle=handle, priority=priority)
@@ -255,12 +257,7 @@ def _tc_clsact(prog, ifindex: int, direction: str) -> Link:
 
     def detach():
         try:
-            if os.fstat(netns).st_ino == os.stat("/proc/thread-self/ns/net").st_ino:
-                remove_filter()
-            else:
-                from ..net.netns import in_netns
-
-                in_netns(f"/proc/self/fd/{netns}", remove_filter)
+            run_in_held(netns, remove_filter)
         finally:
             os.close(netns)
 

@@ -20,6 +20,7 @@ from pyroute2 import netns as _pr_netns
 from ..errors import EbpfkitError
 
 NETNS_DIR = _pr_netns.NETNS_RUN_DIR  # where `ip netns` and pyroute2 name namespaces
+THREAD_NETNS = "/proc/thread-self/ns/net"  # the calling thread's namespace (setns is per thread)
 
 _counter = itertools.count()
 _counter_lock = threading.Lock()
@@ -74,7 +75,7 @@ def iproute(netns: str | None = None) -> IPRoute:
 def netns_label() -> str | None:
     """Which network namespace this thread is in: None for the initial one, else its name
     under /run/netns, else ``netns-<inode>`` (unnamed)."""
-    own = os.stat("/proc/thread-self/ns/net").st_ino
+    own = os.stat(THREAD_NETNS).st_ino
     with contextlib.suppress(OSError):
         if own == os.stat("/proc/1/ns/net").st_ino:
             return None
@@ -106,6 +107,20 @@ def in_netns(name: str, fn, *args, **kwargs):
     if "error" in box:
         raise box["error"]
     return box.get("result")
+
+
+def hold_current() -> int:
+    """An fd of this thread's namespace, to do something there later from any thread
+    (``run_in_held``); the caller closes it."""
+    return os.open(THREAD_NETNS, os.O_RDONLY | os.O_CLOEXEC)
+
+
+def run_in_held(fd: int, fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` in the namespace ``fd`` holds: directly when this thread is
+    already there, else in a worker thread that entered it."""
+    if os.fstat(fd).st_ino == os.stat(THREAD_NETNS).st_ino:
+        return fn(*args, **kwargs)
+    return in_netns(f"/proc/self/fd/{fd}", fn, *args, **kwargs)
 
 
 class NetNS:
