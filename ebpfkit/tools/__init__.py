@@ -7,6 +7,7 @@ is a set of features that must all be available for that way of running).
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 
 
@@ -43,3 +44,20 @@ TOOLS: dict[str, ToolInfo] = {t.name: t for t in [
     ToolInfo("build", "ebpfkit.tools.build.cli", "Compile every BPF program into prebuilt CO-RE objects."),
     ToolInfo("vm", "ebpfkit.tools.vm.cli", "Boot another kernel in a VM and run a command (or tests) inside."),
 ]}
+
+
+def lazy_exports(package: str, modules: dict[str, list[str]]):
+    """``(__getattr__, __all__)`` for a tool package whose public names (``{module: [names]}``)
+    are imported on first use, so `ebpfkit <tool> --help` loads neither the engine nor the
+    session::
+
+        __getattr__, __all__ = lazy_exports(__name__, {"session": ["Config", "open"]})
+    """
+    where = {name: module for module, names in modules.items() for name in names}
+
+    def __getattr__(name: str):
+        if name not in where:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        return getattr(importlib.import_module(f".{where[name]}", package), name)
+
+    return __getattr__, sorted(where)

@@ -228,3 +228,24 @@ def test_tests_mirror_the_packages():
 def _fail_with_paths(offences: list[str], rule: str) -> None:
     if offences:
         pytest.fail(f"{rule}:\n  " + "\n  ".join(offences), pytrace=False)
+
+
+def test_a_tools_command_loads_no_engine_until_it_runs():
+    """`ebpfkit <tool> --help` (and shell completion) builds the tool's click command: that
+    must load nothing of the engine beyond what `ebpfkit.cli` itself needs (the --btf check),
+    so a package's public names are imported lazily and sessions import the engine inside."""
+    import subprocess
+    import sys
+
+    code = ("import importlib, sys\n"
+            "import ebpfkit.cli\n"
+            "before = set(sys.modules)\n"
+            "from ebpfkit.tools import TOOLS\n"
+            "for tool in TOOLS.values():\n"
+            "    new = set(sys.modules)\n"
+            "    importlib.import_module(tool.module)\n"
+            "    for m in sorted(set(sys.modules) - new - before):\n"
+            "        if m.startswith('ebpfkit.engine'):\n"
+            "            print(tool.name, m)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout == "", "engine modules a tool's CLI module imports (tool, module):\n" + out.stdout

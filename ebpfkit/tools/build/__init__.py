@@ -2,6 +2,8 @@
 
 ``session`` is the tool (Config -> build() -> BuildResult); ``cli`` is `ebpfkit build`."""
 
-from .session import BuildResult, BuiltObject, Config, build
+from .. import lazy_exports
 
-__all__ = ["BuildResult", "BuiltObject", "Config", "build"]
+__getattr__, __all__ = lazy_exports(__name__, {
+    "session": ["BuildResult", "BuiltObject", "Config", "build"],
+})

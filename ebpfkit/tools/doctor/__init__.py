@@ -2,6 +2,8 @@
 
 ``session`` is the tool (Config -> report() -> Report, as data); ``cli`` is `ebpfkit doctor`."""
 
-from .session import Config, Report, ToolStatus, report
+from .. import lazy_exports
 
-__all__ = ["Config", "Report", "ToolStatus", "report"]
+__getattr__, __all__ = lazy_exports(__name__, {
+    "session": ["Config", "Report", "ToolStatus", "report"],
+})

@@ -3,6 +3,8 @@
 ``session`` is the tool (Config -> open() -> Session.sample() per interval); ``views`` its
 tables; ``cli`` is `ebpfkit iofsstat`; ``iofsstat.bpf.c`` and ``iofsstat.h`` its kernel side."""
 
-from .session import Config, Interval, Session, open  # noqa: A004 - the session verb
+from .. import lazy_exports
 
-__all__ = ["Config", "Interval", "Session", "open"]
+__getattr__, __all__ = lazy_exports(__name__, {
+    "session": ["Config", "Interval", "Session", "open"],
+})

@@ -7,6 +7,8 @@ sectors (``fiemap``, ``devices``), the join of syscalls and block events into pe
 lifecycles (``join``) and the latency statistics of the report (``stats``). ``cli`` is
 `ebpfkit iotrace`; ``iotrace.bpf.c`` and ``iotrace.h`` its kernel side."""
 
-from .session import Config, RecordSummary, Report, ReportConfig, Session, open, report  # noqa: A004
+from .. import lazy_exports
 
-__all__ = ["Config", "RecordSummary", "Report", "ReportConfig", "Session", "open", "report"]
+__getattr__, __all__ = lazy_exports(__name__, {
+    "session": ["Config", "RecordSummary", "Report", "ReportConfig", "Session", "open", "report"],
+})

@@ -3,6 +3,8 @@
 ``session`` is the tool (Config -> open() -> Session.sample()); ``cli`` is `ebpfkit runqlat`;
 ``runqlat.bpf.c`` and ``runqlat.h`` are its kernel side."""
 
-from .session import Config, Session, open  # noqa: A004 - the session verb
+from .. import lazy_exports
 
-__all__ = ["Config", "Session", "open"]
+__getattr__, __all__ = lazy_exports(__name__, {
+    "session": ["Config", "Session", "open"],
+})

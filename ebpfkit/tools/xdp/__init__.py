@@ -11,20 +11,11 @@ programs' per-CPU counters), ``stats`` (counters as documents), ``modes`` (attac
 The names below are imported on first use: `ebpfkit xdp --help` loads none of the engine.
 """
 
-from __future__ import annotations
+from .. import lazy_exports
 
-import importlib
-
-_EXPORTS = {
-    "open_filter": "session", "open_lb": "session", "attached_filter": "session", "attached_lb": "session",
-    "FilterSession": "session", "LbSession": "session",
-    "FilterConfig": "filter", "LbConfig": "lb", "parse_rule": "rules",
-}
-
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+__getattr__, __all__ = lazy_exports(__name__, {
+    "session": ["open_filter", "open_lb", "attached_filter", "attached_lb", "FilterSession", "LbSession"],
+    "filter": ["FilterConfig"],
+    "lb": ["LbConfig"],
+    "rules": ["parse_rule"],
+})
