@@ -29,16 +29,18 @@ packages=(clang llvm libbpf1 libbpf-dev bpftool iproute2 python3 python3-venv py
 # Tests: gcc also builds small test binaries; QEMU, two Debian kernels with their headers (6.1,
 # and 6.12: the newest, so the VM tests' default; tests name both where the kernel decides the
 # path: sockmap links, tcx) and busybox are what the VM harness boots; nginx and wrk rebuild the
-# sockmap load-balancer experiment.
+# sockmap load-balancer experiment; prometheus scrapes `ebpfkit exporter` in its tests.
 [ "$want_test" = 1 ] && packages+=(make libc6-dev qemu-system-x86 linux-image-amd64 linux-headers-amd64
                                    linux-image-6.12-amd64 linux-headers-6.12-amd64
-                                   busybox-static nginx-light wrk)
+                                   busybox-static nginx-light wrk prometheus)
 if [ "$want_bench" = 1 ]; then
   # gcc (above) builds the benchmark's syscall loop. BCC compiles against kernel headers: the running
   # kernel's if the archive has them, else the distribution's (fine for tracepoint programs).
   # sockperf/iperf3/wrk/nginx measure socket acceleration; trafgen (netsniff-ng), xdp-tools
-  # and nftables are what the XDP filter is compared against.
-  packages+=(bpftrace python3-bpfcc bpfcc-tools sockperf iperf3 wrk nginx-light netsniff-ng xdp-tools nftables)
+  # and nftables are what the XDP filter is compared against; node_exporter is the reference
+  # exporter `ebpfkit exporter` is measured against.
+  packages+=(bpftrace python3-bpfcc bpfcc-tools sockperf iperf3 wrk nginx-light netsniff-ng xdp-tools nftables
+             prometheus-node-exporter)
   if apt-cache show "linux-headers-$(uname -r)" >/dev/null 2>&1; then
     packages+=("linux-headers-$(uname -r)")
   else
