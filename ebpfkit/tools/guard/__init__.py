@@ -12,9 +12,9 @@ cli:     `ebpfkit guard`; guard.bpf.c and guard.h are its kernel side.
 Names are imported on first use, so `ebpfkit guard --help` loads no engine.
 """
 
-from ..session import lazy_exports
+from .. import lazy_exports
 
-__getattr__, __dir__, __all__ = lazy_exports(__name__, {
-    "session": ("Counters", "NotRunningError", "attached", "counters", "require_lsm", "start", "status"),
-    "core": ("GuardError", "stop", "reload"),
+__getattr__, __all__ = lazy_exports(__name__, {
+    "session": ["Counters", "NotRunningError", "attached", "counters", "require_lsm", "start", "status"],
+    "core": ["GuardError", "stop", "reload"],
 })

@@ -13,11 +13,11 @@ for an `enable`d cgroup; see its docstring); ``core`` loads, pins and removes; `
 Names are imported on first use, so `ebpfkit sockmap --help` loads no engine.
 """
 
-from ..session import lazy_exports
+from .. import lazy_exports
 
-__getattr__, __dir__, __all__ = lazy_exports(__name__, {
-    "session": ("Session", "Attached", "NotEnabledError", "open", "attached", "attached_all", "status"),
-    "core": ("Accelerator", "AlreadyEnabled", "Enablement", "Options", "disable", "enable", "enablements", "find"),
-    "cgroups": ("SockmapUsageError", "resolve_cgroup"),
-    "regression": ("RegressionCheck", "detect"),
+__getattr__, __all__ = lazy_exports(__name__, {
+    "session": ["Session", "Attached", "NotEnabledError", "open", "attached", "attached_all", "status"],
+    "core": ["Accelerator", "AlreadyEnabled", "Enablement", "Options", "disable", "enable", "enablements", "find"],
+    "cgroups": ["SockmapUsageError", "resolve_cgroup"],
+    "regression": ["RegressionCheck", "detect"],
 })
