@@ -208,10 +208,15 @@ def test_only_the_output_layer_reads_the_format():
 TESTS = ROOT / "tests"
 
 
+# what the project ships beside the package, each tested under tests/<kind>/<its name>/
+SHIPPED_BESIDE_THE_PACKAGE = {"examples"}
+
+
 def test_tests_mirror_the_packages():
     """tests/unit/<area>/ and tests/integration/<area>/ name a part of ebpfkit (engine/,
-    tools/xdp/, ...), so a test is found where its code is; only whole-package tests (the CLI,
-    this file, the README) sit at the top."""
+    tools/xdp/, ...), or a directory the project ships beside it (examples/), so a test is
+    found where its code is; only whole-package tests (the CLI, this file, the README) sit at
+    the top."""
     top = {"test_architecture.py", "test_cli.py", "test_readme.py"}
     offences = []
     for kind in ("unit", "integration"):
@@ -220,6 +225,9 @@ def test_tests_mirror_the_packages():
             if area == Path("."):
                 if test.name not in top:
                     offences.append(f"{test.relative_to(ROOT)}: at the top; move it under its area")
+            elif area.parts[0] in SHIPPED_BESIDE_THE_PACKAGE:
+                if not (ROOT / area).is_dir():
+                    offences.append(f"{test.relative_to(ROOT)}: {area}/ does not exist")
             elif not (PACKAGE / area / "__init__.py").exists() and not (PACKAGE / f"{area}.py").exists():
                 offences.append(f"{test.relative_to(ROOT)}: ebpfkit/{area} does not exist")
     _fail_with_paths(offences, "tests live under the area of ebpfkit they test")
