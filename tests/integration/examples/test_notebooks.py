@@ -78,7 +78,8 @@ def jupyter_home(tmp_path, monkeypatch):
                      ("JUPYTER_CONFIG_DIR", "config"), ("IPYTHONDIR", "ipython"), ("MPLCONFIGDIR", "mpl")]:
         (tmp_path / sub).mkdir()
         monkeypatch.setenv(var, str(tmp_path / sub))
-    install(kernel_name=KERNEL, prefix=str(tmp_path / "prefix"))  # argv: sys.executable -m ipykernel_launcher
+    # "user": the JUPYTER_DATA_DIR just set; argv: sys.executable -m ipykernel_launcher
+    install(kernel_name=KERNEL, user=True)
     return tmp_path
 
 
@@ -90,7 +91,7 @@ def test_notebook_computes_what_its_own_work_made(jupyter_home, name):
     from jupyter_client.kernelspec import KernelSpecManager
 
     nb = nbformat.read(EXAMPLES / name, as_version=4)
-    specs = KernelSpecManager(kernel_dirs=[str(jupyter_home / "prefix/share/jupyter/kernels")])
+    specs = KernelSpecManager(kernel_dirs=[str(jupyter_home / "data/kernels")])
     assert specs.get_kernel_spec(KERNEL).argv[0] == sys.executable
     # local sockets (in tmp), not TCP ports on a shared machine
     km = KernelManager(kernel_name=KERNEL, kernel_spec_manager=specs, transport="ipc",
