@@ -5,7 +5,6 @@ the VM guest too)."""
 from __future__ import annotations
 
 import json
-import os
 import time
 
 
@@ -20,27 +19,18 @@ def wait_for(predicate, timeout: float = 5.0, interval: float = 0.02) -> bool:
     return True
 
 
-_BPF_FDS = ("anon_inode:bpf-prog", "anon_inode:bpf_link", "anon_inode:bpf-map")
-
-
 def bpf_objects_held_by(pid: int) -> set[tuple[str, int]]:
-    """The BPF programs, links and maps process ``pid`` holds an fd on, as ("prog"|"link"|"map",
-    id) pairs (empty when it is gone): what it keeps loaded or attached. A link's fd holds its
-    program too, and counts as both."""
-    held = set()
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return held
-    for fd in fds:
-        try:
-            if os.readlink(f"/proc/{pid}/fd/{fd}") not in _BPF_FDS:
-                continue
-            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
-                info = dict(line.split(":", 1) for line in f if ":" in line)
-        except OSError:
-            continue
-        held.update((kind, int(info[f"{kind}_id"])) for kind in ("prog", "link", "map") if f"{kind}_id" in info)
+    """The BPF programs, links and maps process ``pid`` holds, as ("prog"|"link"|"map", id)
+    pairs (empty when it is gone): what it keeps loaded or attached. A link's program counts
+    as held with it."""
+    from ebpfkit.engine import inventory
+
+    by_kind = inventory.held_by(pid)
+    held = {(kind, i) for kind, ids in by_kind.items() for i in ids}
+    for link_id in by_kind["link"]:
+        info = inventory.link(link_id)
+        if info is not None:
+            held.add(("prog", info.prog_id))
     return held
 
 
