@@ -45,6 +45,21 @@ def open_object(path: str | os.PathLike, name: str | None = None, btf: str | Non
     return ObjectSpec(path, name=name, btf_path=btf)
 
 
+def kernel_enum(enumerator: str, btf: str | None = None) -> dict[str, int]:
+    """The enumerators ({name: value}, in order) of the kernel's enum that declares
+    ``enumerator``: found by a member, so anonymous enums too (``kernel_enum("NR_SOFTIRQS")``
+    gives HI_SOFTIRQ=0 ... NR_SOFTIRQS). Read from the kernel's BTF (or ``btf``, else
+    $EBPFKIT_BTF); ``{}`` when it declares no such enumerator."""
+    from .btf import find_kernel_btf
+    from .slimheader import _ENUM, _ENUM64, KernelTypes
+
+    with KernelTypes(find_kernel_btf(btf)) as types:
+        for type_id in types.ids(enumerator.encode()):
+            if types.kind(type_id) in (_ENUM, _ENUM64):
+                return types.enumerators(type_id)
+    return {}
+
+
 def load(source, config: dict | None = None, **compile_args):
     """Compile (for .c) or open (for .o) ``source`` and load it: ``Object``."""
     from .object import ObjectSpec

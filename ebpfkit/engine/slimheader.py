@@ -187,6 +187,23 @@ class KernelTypes:
         w, at = self.words, self._at(type_id)
         return (w[at + 2], *w[at + 4:at + 4 + 2 * (w[at + 1] & 0xFFFF):2])
 
+    def enumerators(self, type_id: int) -> dict:
+        """{name: value} of an ENUM or ENUM64 record, in declaration order."""
+        import ctypes
+
+        w, at = self.words, self._at(type_id)
+        info = w[at + 1]
+        kind, signed, count = (info >> 24) & 0x1F, bool(info >> 31), info & 0xFFFF
+        step = 3 if kind == _ENUM64 else 2
+        result = {}
+        for m in range(at + 3, at + 3 + step * count, step):
+            value = w[m + 1] | (w[m + 2] << 32 if kind == _ENUM64 else 0)
+            bits = 64 if kind == _ENUM64 else 32
+            if signed and value >> (bits - 1):
+                value -= 1 << bits
+            result[ctypes.string_at(self._strings_at + w[m]).decode()] = value
+        return result
+
     def see_through(self, type_id: int) -> int:
         while type_id and self.kind(type_id) in _SEE_THROUGH:
             type_id = self.ref(type_id)

@@ -95,3 +95,10 @@ def check_positive(name: str, value: float | None) -> None:
     if value is not None and value <= 0:
         raise ConfigError(name, f"must be greater than 0, got {value}")
 
+
+
+def check_exclusive(name: str, value, **others) -> None:
+    """``name``, when set, is given alone: none of ``others`` (settings by name) is set."""
+    clashing = [other for other, set_too in others.items() if set_too]
+    if value and clashing:
+        raise ConfigError(name, f"cannot be combined with {' or '.join(clashing)}")

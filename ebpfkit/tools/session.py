@@ -1,5 +1,6 @@
 """What every tool's Session shares: it is a context manager that ``close()``s (detaches and
-unloads) at the end of a ``with``. Each tool's ``open(config)`` returns one."""
+unloads) at the end of a ``with``. Each tool's ``open(config)`` returns one. And the choice
+tracepoint tools make between their typed (tp_btf) and raw (raw_tp) programs."""
 
 from __future__ import annotations
 
@@ -15,3 +16,15 @@ class ToolSession:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def choose_typed_tracepoints(spec) -> bool:
+    """Of a program with each hook twice, as ``tp_btf/X`` and ``raw_tp/X``, load one set:
+    tp_btf where the kernel has BTF of its own (its arguments typed, no copies), else raw
+    tracepoints, which need only CO-RE (a --btf file serves them). True if tp_btf."""
+    from ..engine import features
+
+    typed = features.probe("kernel_btf").supported
+    for prog in spec.programs.values():
+        prog.autoload = prog.section.startswith("tp_btf/") == typed
+    return typed
