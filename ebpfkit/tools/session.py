@@ -28,3 +28,15 @@ def choose_typed_tracepoints(spec) -> bool:
     for prog in spec.programs.values():
         prog.autoload = prog.section.startswith("tp_btf/") == typed
     return typed
+
+
+def load_attached(spec):
+    """``spec`` loaded and every program attached by its section (bpf_links, gone with the
+    process however it ends); the object is closed again if attaching fails."""
+    obj = spec.load()
+    try:
+        obj.attach()
+    except BaseException:
+        obj.close()
+        raise
+    return obj

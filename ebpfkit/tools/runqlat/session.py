@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from ...histogram import Log2Histogram
 from ..config import ToolConfig, check_pid
-from ..session import ToolSession, choose_typed_tracepoints
+from ..session import ToolSession, choose_typed_tracepoints, load_attached
 
 PROGRAM = os.path.join(os.path.dirname(__file__), "runqlat.bpf.c")
 TYPED_HOOK = "tp_btf sched_wakeup/sched_switch"
@@ -48,12 +48,7 @@ class Session(ToolSession):
         self.hook = TYPED_HOOK if choose_typed_tracepoints(spec) else RAW_HOOK
         spec.rodata.update({"targ_ms": config.milliseconds, "targ_per_process": config.per_process,
                             "targ_tgid": config.pid or 0})
-        self._obj = spec.load()
-        try:
-            self._obj.attach()
-        except BaseException:
-            self._obj.close()
-            raise
+        self._obj = load_attached(spec)
         self._hists = self._obj.maps["hists"]
 
     def sample(self) -> list[Log2Histogram]:
