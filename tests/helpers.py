@@ -71,3 +71,39 @@ def same_config_error(capsys, config_class, settings: dict, cli_args, option: st
     assert rc == 2, err
     assert f"Invalid value for {option}: {direct.value.reason}" in err, err
     return direct.value
+
+
+def signalled_run_leaves_nothing(args, sig, timeout: float = 60.0) -> None:
+    """`ebpfkit ARGS` (a running tool, e.g. `hardirqs 1`) killed by ``sig`` once its banner
+    is out: it held BPF links while running, and none of its programs, links or maps is
+    left in the kernel after it is gone (SIGKILL too: its bpf_links die with its fds)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from ebpfkit.engine import inventory
+
+    env = dict(os.environ, NO_COLOR="1")
+    proc = subprocess.Popen([sys.executable, "-m", "ebpfkit", *map(str, args)], env=env, text=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        banner = ""
+        for line in proc.stderr:
+            banner += line
+            if "Hit Ctrl-C" in line:
+                break
+        held = bpf_objects_held_by(proc.pid)
+        assert any(kind == "link" for kind, _ in held), f"nothing attached: {held} {banner}"
+        proc.send_signal(sig)
+        rc = proc.wait(timeout=timeout)
+        assert rc in (0, -sig, 128 + sig), (rc, proc.stderr.read())
+        if sig != signal.SIGKILL:
+            assert "Traceback" not in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    lookup = {"prog": inventory.program, "link": inventory.link, "map": inventory.map}
+    assert wait_for(lambda: not [o for o in held if lookup[o[0]](o[1]) is not None], 5), \
+        f"left in the kernel: {[o for o in held if lookup[o[0]](o[1]) is not None]}"
