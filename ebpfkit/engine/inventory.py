@@ -32,6 +32,8 @@ class ProgramInfo:
     type: ProgType | int
     name: str
     tag: str  # hex of the kernel's 8-byte hash of the instructions (what bpftool shows)
+    run_time_ns: int = 0  # time spent running, and runs: counted only while run-time
+    run_cnt: int = 0      # statistics are on (ebpfkit.engine.run_time_stats)
 
 
 @dataclass(frozen=True)
@@ -107,7 +109,7 @@ def _enum(cls, value: int):
 def program_info(fd: int) -> ProgramInfo:
     info = fill_info(fd, L.bpf_prog_info())
     return ProgramInfo(info.id, _enum(ProgType, info.type), info.name.decode(errors="replace"),
-                       bytes(info.tag).hex())
+                       bytes(info.tag).hex(), info.run_time_ns, info.run_cnt)
 
 
 def map_info(fd: int) -> MapInfo:
