@@ -4,8 +4,13 @@ the VM guest too)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import subprocess
+import sys
 import time
+from dataclasses import dataclass
 
 
 def wait_for(predicate, timeout: float = 5.0, interval: float = 0.02) -> bool:
@@ -56,3 +61,87 @@ def same_config_error(capsys, config_class, settings: dict, cli_args, option: st
     assert rc == 2, err
     assert f"Invalid value for {option}: {direct.value.reason}" in err, err
     return direct.value
+
+
+# --- run-queue waits the kernel accounts for (runqlat's ground truth) -------------------------
+
+CPU = max(os.sched_getaffinity(0))
+SPIN_SECONDS = 0.3  # of CPU time, each
+
+# Pinned to CPU; on "go", burns SPIN_SECONDS of CPU time and exits.
+SPINNER = f"""
+import os, sys, time
+os.sched_setaffinity(0, {{{CPU}}})
+sys.stdin.readline()
+end = time.process_time() + {SPIN_SECONDS}
+while time.process_time() < end:
+    pass
+"""
+
+
+@dataclass
+class Truth:
+    pid: int
+    runs: int         # times it was switched in (schedstat's pcount)
+    waited_us: float  # time spent runnable in the run queue (schedstat's run_delay)
+
+    def since(self, before: Truth) -> Truth:
+        return Truth(self.pid, self.runs - before.runs, self.waited_us - before.waited_us)
+
+
+def schedstat(pid: int) -> Truth:
+    """What the kernel accounted for ``pid`` so far (a zombie keeps it until reaped)."""
+    with open(f"/proc/{pid}/schedstat") as f:
+        _, run_delay_ns, pcount = map(int, f.read().split())
+    return Truth(pid, pcount, run_delay_ns / 1000)
+
+
+class Spinners:
+    """Two SPINNERs on CPU, waiting for ``go()``: then they wait for each other in its run
+    queue; ``done()`` is what the kernel accounted for each over its whole life (read once it
+    has exited and before it is reaped). ``close()`` reaps them."""
+
+    def __init__(self):
+        self.procs = []
+        try:
+            for _ in range(2):
+                self.procs.append(subprocess.Popen([sys.executable, "-c", SPINNER], stdin=subprocess.PIPE,
+                                                   text=True))
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs]
+
+    def go(self) -> None:
+        for proc in self.procs:
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+
+    def done(self) -> list[Truth]:
+        truths = []
+        for proc in self.procs:
+            os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+            truths.append(schedstat(proc.pid))
+        return truths
+
+    def close(self) -> None:
+        for proc in self.procs:
+            proc.stdin.close()
+            if proc.poll() is None:
+                proc.kill()
+            assert proc.wait(timeout=10) in (0, -9)
+
+
+def spin_two_on_one_cpu(ready=None) -> list[Truth]:
+    """Spinners from go to done; ``ready(pids)`` (a context manager) is entered once they exist
+    and before they spin, and left after."""
+    spinners = Spinners()
+    try:
+        with ready(spinners.pids) if ready else contextlib.nullcontext():
+            spinners.go()
+            return spinners.done()
+    finally:
+        spinners.close()
