@@ -375,3 +375,55 @@ def test_a_bad_configuration_exits_before_loading_anything(tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 2 and f"{config}:3: unknown source 'hardirqs'" in run.stderr, run.stderr
     assert "Traceback" not in run.stderr
+
+
+def _scraped(exporter: Exporter) -> dict[tuple, float]:
+    """The exporter's /metrics as {(sample name, sorted labels): value}, by prometheus_client's parser."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(exporter.metrics()) for s in family.samples}
+
+
+def _sum_of(samples: dict, name: str) -> float:
+    return sum(v for (n, _), v in samples.items() if n == name)
+
+
+def test_a_load_balancer_attached_by_another_process_is_read_while_it_runs(veth_pair, tmp_path):
+    """The xdp_lb source finds a load balancer opened (pinning nothing) by another process
+    through the interface's program: exactly the frames sent to the VIP, per backend and in
+    total; once it is gone the source is down and its series are dropped."""
+    from scapy.layers.inet import IP, TCP
+    from scapy.layers.l2 import Ether
+
+    from ebpfkit.tools import xdp
+
+    pair, vip, port, n = veth_pair, "10.210.0.100", 8080, 40
+    source = f"xdp_lb {pair.a.ifname}@{pair.a.netns}"
+    config = tmp_path / "exporter.yaml"
+    config.write_text(f"sources:\n  - source: xdp_lb\n    iface: {pair.a.ifname}\n    netns: {pair.a.netns}\n")
+    exporter = Exporter(config)
+    try:
+        exporter.wait_ready()
+        assert _scraped(exporter)[("ebpfkit_exporter_source_up", (("source", source),))] == 0
+        frames = [bytes(Ether(src=pair.b.mac, dst=pair.a.mac) / IP(src=pair.b.address, dst=vip)
+                        / TCP(sport=30000 + i, dport=port, flags="S")) for i in range(n)]
+        with xdp.open_lb(iface=pair.a.ifname, netns=pair.a.netns, vip=f"{vip}:{port}/tcp",
+                         backends=[pair.b.address, "10.199.0.3,mac=02:00:00:00:00:33"], mode="generic"):
+            send_frames(pair, frames)
+            assert wait_for(lambda: _sum_of(_scraped(exporter), "ebpfkit_xdp_lb_backend_packets_total") == n, 10), \
+                _scraped(exporter)
+            samples = _scraped(exporter)
+            assert samples[("ebpfkit_exporter_source_up", (("source", source),))] == 1
+            backends = {dict(labels)["backend"] for (name, labels) in samples
+                        if name == "ebpfkit_xdp_lb_backend_packets_total"}
+            assert backends == {pair.b.address, "10.199.0.3"}
+            assert _sum_of(samples, "ebpfkit_xdp_lb_backend_bytes_total") == sum(map(len, frames))
+            where = (("counter", "forwarded"), ("iface", pair.a.ifname), ("netns", pair.a.netns))
+            assert samples[("ebpfkit_xdp_lb_packets_total", where)] == n
+        samples = _scraped(exporter)
+        assert samples[("ebpfkit_exporter_source_up", (("source", source),))] == 0
+        assert _sum_of(samples, "ebpfkit_xdp_lb_backend_packets_total") == 0  # its series dropped
+        assert exporter.stop() == 0
+    finally:
+        exporter.kill()

@@ -25,6 +25,11 @@ def test_the_shipped_example_is_valid():
     assert config.sources[1].options.hook == "auto"
 
 
+def test_the_readme_shows_the_shipped_example():
+    readme = (Path(ebpfkit.__file__).parent.parent / "README.md").read_text()
+    assert f"```yaml\n{EXAMPLE.read_text()}```" in readme
+
+
 def test_settings_reach_each_sources_config():
     config = parse_config("series_limit: 5\npid_label: true\nsources:\n"
                           "  - source: runqlat\n    milliseconds: true\n"
