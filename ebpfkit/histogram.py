@@ -247,13 +247,3 @@ class LinearHistogram(Histogram):
             lines.append(f"        {self.bounds(index)[0]:<{width}} : {count:<8} "
                          f"|{_stars(count, max_count):<{STARS_WIDTH}}|")
         return lines
-        highest = self.bounds(used[-1])[1] if used else 0
-        lowest = self.bounds(used[0])[0] if used else 0
-        width = max(10, len(str(highest)), len(str(lowest)))
-        lines.append(f"{'':{width - 5}}{self.unit:<{width + 9}} : count    distribution")
-        for index in used:
-            low, high = self.bounds(index)
-            count = self.counts[index]
-            lines.append(f"{low:>{width}} -> {high:<{width}} : {count:<8} "
-                         f"|{_stars(count, max_count):<{STARS_WIDTH}}|")
-        return lines

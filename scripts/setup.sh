@@ -20,12 +20,9 @@ if [ "$(id -u)" -ne 0 ]; then
   exit 4
 fi
 
-# clang/llvm compile the BPF C at run time; libbpf1 loads it (libbpf-dev has the bpf/*.h
-# headers the programs include); bpftool and iproute2 are for inspection; python3-venv
-# holds ebpfkit and its Python dependencies apart from the system's; gcc and python3-dev build
-# its one C module (the kernel type walk a cold start needs; without them it runs in Python).
-packages=(clang llvm libbpf1 libbpf-dev bpftool iproute2 python3 python3-venv python3-pip python3-dev gcc
-          ca-certificates)
+# what ebpfkit needs to run and to build (scripts/packages.sh says why each is there)
+source scripts/packages.sh
+packages=("${runtime_packages[@]}" "${build_packages[@]}")
 # Tests: gcc also builds small test binaries; QEMU, two Debian kernels with their headers (6.1,
 # and 6.12: the newest, so the VM tests' default; tests name both where the kernel decides the
 # path: sockmap links, tcx) and busybox are what the VM harness boots; nginx and wrk rebuild the
@@ -48,23 +45,7 @@ if [ "$want_bench" = 1 ]; then
   fi
 fi
 
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ "${#missing[@]}" -gt 0 ]; then
-  echo "== installing: ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  # packages like nginx start their service on install; nothing of ours may listen on the
-  # machine's addresses, so forbid service starts for the duration (policy-rc.d, exit 101)
-  if [ ! -e /usr/sbin/policy-rc.d ]; then
-    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
-    chmod +x /usr/sbin/policy-rc.d
-    trap 'rm -f /usr/sbin/policy-rc.d' EXIT
-  fi
-  apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
+install_packages "${packages[@]}"
 
 if [ "$want_bench" = 1 ]; then
   # without /lib/modules/$(uname -r)/build, BCC is pointed at the installed headers through

@@ -59,25 +59,12 @@ def _bpf_ids(kind: str) -> set[int]:
 
 def _bpf_holders() -> dict[tuple[str, int], set[int]]:
     """(kind, id) -> pids holding an fd on it (a link's holder also holds its program)."""
+    from helpers import bpf_objects_held_by
+
     holders: dict[tuple[str, int], set[int]] = {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
-        fd_dir = f"/proc/{pid}/fd"
-        try:
-            fds = os.listdir(fd_dir)
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                target = os.readlink(f"{fd_dir}/{fd}")
-                if target not in ("anon_inode:bpf-prog", "anon_inode:bpf_link"):
-                    continue
-                with open(f"/proc/{pid}/fdinfo/{fd}") as f:
-                    info = dict(line.split(":", 1) for line in f if ":" in line)
-            except OSError:
-                continue
-            for kind in ("prog", "link"):
-                if f"{kind}_id" in info:
-                    holders.setdefault((kind, int(info[f"{kind}_id"])), set()).add(int(pid))
+        for held in bpf_objects_held_by(int(pid)):
+            holders.setdefault(held, set()).add(int(pid))
     return holders
 
 

@@ -24,6 +24,21 @@ def wait_for(predicate, timeout: float = 5.0, interval: float = 0.02) -> bool:
     return True
 
 
+def bpf_objects_held_by(pid: int) -> set[tuple[str, int]]:
+    """The BPF programs, links and maps process ``pid`` holds, as ("prog"|"link"|"map", id)
+    pairs (empty when it is gone): what it keeps loaded or attached. A link's program counts
+    as held with it."""
+    from ebpfkit.engine import inventory
+
+    by_kind = inventory.held_by(pid)
+    held = {(kind, i) for kind, ids in by_kind.items() for i in ids}
+    for link_id in by_kind["link"]:
+        info = inventory.link(link_id)
+        if info is not None:
+            held.add(("prog", info.prog_id))
+    return held
+
+
 def ek(capsys, *args) -> tuple[int, str, str]:
     """Run the ebpfkit CLI in-process, as `ebpfkit ARGS...`: (exit code, stdout, stderr)."""
     from ebpfkit.cli import cli

@@ -514,28 +514,25 @@ def _probe_type_walk(name, lbl):
     return Probe(name, lbl, SUPPORTED, "built at install")
 
 
-@_register("bpffs", "bpffs (pins)")
-def _probe_bpffs(name, lbl):
-    where = mounted_bpffs()
+def _mountable(name, lbl, where, fstype: str, what: str, mountpoint: str) -> Probe:
+    """A filesystem ebpfkit needs: mounted (``where``), or mountable by us when needed."""
     if where:
         return Probe(name, lbl, SUPPORTED, f"mounted at {where}", value=where)
-    if not _filesystem_known("bpf"):
-        return Probe(name, lbl, UNSUPPORTED, "this kernel has no bpf filesystem")
+    if not _filesystem_known(fstype):
+        return Probe(name, lbl, UNSUPPORTED, f"this kernel has no {what}")
     if not _is_root():
-        return Probe(name, lbl, UNKNOWN, f"not mounted; mounting it at {mounts.BPFFS} needs root")
-    return Probe(name, lbl, SUPPORTED, f"not mounted; ebpfkit mounts it at {mounts.BPFFS} when needed")
+        return Probe(name, lbl, UNKNOWN, f"not mounted; mounting it at {mountpoint} needs root")
+    return Probe(name, lbl, SUPPORTED, f"not mounted; ebpfkit mounts it at {mountpoint} when needed")
+
+
+@_register("bpffs", "bpffs (pins)")
+def _probe_bpffs(name, lbl):
+    return _mountable(name, lbl, mounted_bpffs(), "bpf", "bpf filesystem", mounts.BPFFS)
 
 
 @_register("tracefs", "tracefs")
 def _probe_tracefs(name, lbl):
-    where = mounted_tracefs()
-    if where:
-        return Probe(name, lbl, SUPPORTED, f"mounted at {where}", value=where)
-    if not _filesystem_known("tracefs"):
-        return Probe(name, lbl, UNSUPPORTED, "this kernel has no tracefs")
-    if not _is_root():
-        return Probe(name, lbl, UNKNOWN, f"not mounted; mounting it at {mounts.TRACEFS} needs root")
-    return Probe(name, lbl, SUPPORTED, f"not mounted; ebpfkit mounts it at {mounts.TRACEFS} when needed")
+    return _mountable(name, lbl, mounted_tracefs(), "tracefs", "tracefs", mounts.TRACEFS)
 
 
 @_register("lockdown", "kernel lockdown")

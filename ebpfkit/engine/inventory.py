@@ -228,3 +228,28 @@ def links() -> list[LinkInfo]:
 
 def maps() -> list[MapInfo]:
     return _listing("map")
+
+
+_FD_KINDS = {"anon_inode:bpf-prog": "prog", "anon_inode:bpf_link": "link", "anon_inode:bpf-map": "map"}
+
+
+def held_by(pid: int | str) -> dict[str, list[int]]:
+    """The ids of the BPF programs, links and maps process ``pid`` holds an fd of, by kind (its
+    fdinfo; a program held only through a link is not listed under "prog"). Empty lists when
+    the process is gone."""
+    held: dict[str, list[int]] = {kind: [] for kind in KINDS}
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return held
+    for fd in fds:
+        try:
+            kind = _FD_KINDS.get(os.readlink(f"/proc/{pid}/fd/{fd}"))
+            if kind is None:
+                continue
+            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                fields = dict(line.split(":", 1) for line in f if ":" in line)
+            held[kind].append(int(fields[f"{kind}_id"]))
+        except (OSError, KeyError, ValueError):
+            continue  # closed meanwhile
+    return held

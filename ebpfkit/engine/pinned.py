@@ -128,33 +128,12 @@ def pinned_link_attached(path: str) -> bool | None:
     return _with_pin(path, link_attached)
 
 
-def _bpf_fds(pid: str) -> dict[str, list[int]]:
-    """The ids of the BPF programs and maps process ``pid`` holds an fd of (its fdinfo)."""
-    held: dict[str, list[int]] = {"prog": [], "map": []}
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return held
-    for fd in fds:
-        try:
-            kind = {"anon_inode:bpf-prog": "prog", "anon_inode:bpf-map": "map"}.get(
-                os.readlink(f"/proc/{pid}/fd/{fd}"))
-            if kind is None:
-                continue
-            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
-                fields = dict(line.split(":", 1) for line in f if ":" in line)
-            held[kind].append(int(fields[f"{kind}_id"]))
-        except (OSError, KeyError, ValueError):
-            continue  # closed meanwhile
-    return held
-
-
 def program_maps(prog_id: int) -> dict[str, "FdMap"]:
     """The maps of the process that holds the program ``prog_id``, by (kernel) name, each on
     an fd of its own: how to reach every map of a program that pinned nothing (the kernel
     lists only the maps a program uses). {} when no process holds it."""
     for pid in filter(str.isdigit, os.listdir("/proc")):
-        held = _bpf_fds(pid)
+        held = inventory.held_by(pid)
         if prog_id not in held["prog"]:
             continue
         maps = {}

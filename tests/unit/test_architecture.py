@@ -226,12 +226,17 @@ def test_only_the_output_layer_reads_the_format():
 # --- tests ---
 
 TESTS = ROOT / "tests"
+# areas of the project outside the Python package, each a top-level directory tested under
+# tests/<kind>/<its name>/: deploy/ holds the Kubernetes manifests and the Containerfile (whose
+# steps are scripts/image.sh's), examples/ the notebooks
+PROJECT_AREAS = {"deploy", "examples"}
 
 
 def test_tests_mirror_the_packages():
     """tests/unit/<area>/ and tests/integration/<area>/ name a part of ebpfkit (engine/,
-    tools/xdp/, ...), so a test is found where its code is; only whole-package tests (the CLI,
-    this file, the README) sit at the top."""
+    tools/xdp/, ...) or one of the project's areas outside the package (deploy/, examples/), so
+    a test is found where its code is; only whole-package tests (the CLI, this file, the README)
+    sit at the top."""
     top = {"test_architecture.py", "test_cli.py", "test_readme.py"}
     offences = []
     for kind in ("unit", "integration"):
@@ -240,6 +245,9 @@ def test_tests_mirror_the_packages():
             if area == Path("."):
                 if test.name not in top:
                     offences.append(f"{test.relative_to(ROOT)}: at the top; move it under its area")
+            elif area.parts[0] in PROJECT_AREAS:
+                if not (ROOT / area).is_dir():
+                    offences.append(f"{test.relative_to(ROOT)}: {area}/ does not exist")
             elif not (PACKAGE / area / "__init__.py").exists() and not (PACKAGE / f"{area}.py").exists():
                 offences.append(f"{test.relative_to(ROOT)}: ebpfkit/{area} does not exist")
     _fail_with_paths(offences, "tests live under the area of ebpfkit they test")

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ebpfkit.tools.guard import logfile
+from ebpfkit.tools.guard import logfile, session as guard_session
 from ebpfkit.sysinfo.devices import kernel_dev_of_stat
 
 pytestmark = pytest.mark.vm(kernel=["6.1", "6.12"], lsm=True, timeout=2700)
@@ -171,6 +171,15 @@ def test_file_operations_denied_and_logged(tmp_path, fs):
     bind.mkdir()
     try:
         with guard(tmp_path, f"protect: [{f}, {d}]\n") as g:
+            # the exporter's view, read from the pins by this untrusted process: exactly
+            # the denials it caused
+            counters = guard_session.attached()
+            before = counters.sample()
+            for _ in range(3):
+                denied(os.open, f, os.O_WRONLY)
+            after = counters.sample()
+            assert after["mode"] == "enforce" and after["denied"] - before["denied"] == 3, (before, after)
+            assert after["audited"] == before["audited"]
             for target in (f, inner, base / "hard", base / "hard-inner", fs / "sym", f"/proc/self/root{f}"):
                 denied(os.open, target, os.O_WRONLY)
             denied(os.open, f, os.O_RDONLY | os.O_TRUNC)
@@ -665,10 +674,15 @@ def test_audit_mode_then_agent_killed_then_stop(tmp_path, fs):
     f = fs / "file"
     f.write_text("a")
     with guard(tmp_path, f"protect: [{f}]\n", "--audit") as g:
-        with open(f, "a") as w:
+        counters = guard_session.attached()
+        before = counters.sample()
+        with open(f, "a") as w:  # the open (file_open) and the write (file_permission)
             w.write("b")
-        lines = g.lines(1, where=violations)
+        lines = g.lines(2, where=violations)
         assert lines and lines[0]["verdict"] == "allowed (audit)" and lines[0]["hook"] == "file_open"
+        after = counters.sample()
+        assert after["mode"] == "audit" and after["denied"] == before["denied"]
+        assert after["audited"] - before["audited"] == len(lines) and after["lost"] == before["lost"], lines
     assert f.read_text() == "ab"
 
     killer = fs / "kill"
@@ -684,6 +698,10 @@ def test_audit_mode_then_agent_killed_then_stop(tmp_path, fs):
         links = [n for n in os.listdir(PIN_DIR) if n.startswith("link_")]
         assert len(links) == N_LINKS, links
         denied(os.open, f, os.O_WRONLY)  # the pins alone keep enforcing
+        counters = guard_session.attached()  # and count, with no agent
+        assert counters.sample()["denied"] >= 2
     assert not os.path.exists(PIN_DIR)
+    with pytest.raises(guard_session.NotRunningError):
+        counters.sample()
     with open(f, "a") as w:  # stop removed every hook
         w.write("c")

@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 
-import contextlib
 import os
-import subprocess
-import sys
 import time
 
 import click
 
-from ...errors import EbpfkitError, NotSupportedError
 from ...output import Column, Output, ResultTable, tool_options
 
 EXAMPLES = """\b
@@ -87,59 +83,18 @@ def check(policy):
 def start(policy, audit, timeout):
     """Load and pin the guard, start the logging agent, return when protection is on.
     The agent watches POLICY and reloads it when it changes."""
-    from . import core
+    from . import core, session
 
     out = Output.from_context()
     parsed = _load_policy(policy)
-    reason = core.refuse_reason()
-    if reason:
-        raise NotSupportedError("bpf-lsm", f"guard cannot start: {reason}")
+    session.require_lsm()
     if not parsed.trust and not audit and parsed.mode == "enforce":
         out.warn("the policy trusts no program: nothing will be able to stop or reload this "
                  "guard until reboot (add an admin program under trust:, see `guard --help`)")
-    if core.read_state() is not None:
-        raise EbpfkitError("the guard is already running",
-                           hint="`ebpfkit guard reload POLICY` to change the policy, "
-                                "`ebpfkit guard stop` to remove it")
-    read_fd, write_fd = os.pipe()
-    cmd = [sys.executable, "-m", "ebpfkit.tools.guard.agent", os.path.abspath(policy), "--ready-fd", str(write_fd),
-           "--log-size", str(out.settings.log_size), "--log-backup", str(out.settings.log_backup)]
-    if audit:
-        cmd.append("--audit")
-    os.makedirs(core.STATE_DIR, exist_ok=True)
-    with open(os.path.join(core.STATE_DIR, "agent.err"), "ab") as err:
-        proc = subprocess.Popen(cmd, pass_fds=(write_fd,), stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
-    os.close(write_fd)
-    message = _read_ready(read_fd, timeout)
-    if message != "ok":
-        if proc.poll() is None:
-            proc.kill()
-        with contextlib.suppress(core.GuardError):
-            core.stop()
-        raise EbpfkitError(f"guard agent failed: {message or 'no answer'}",
-                           hint=f"its output is in {core.STATE_DIR}/agent.err")
-    record = core.status()
+    record = session.start(policy, audit, timeout, out.settings.log_size, out.settings.log_backup)
     out.document(record)
-    out.banner(f"guard {record['mode']}: pinned in {core.PIN_DIR}, agent pid {proc.pid}, log {core.LOG_FILE}")
-
-
-def _read_ready(fd: int, timeout: float) -> str:
-    import select
-
-    deadline, data = time.monotonic() + timeout, b""
-    try:
-        while b"\n" not in data and time.monotonic() < deadline:
-            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
-            if not ready:
-                break
-            chunk = os.read(fd, 4096)
-            if not chunk:
-                break
-            data += chunk
-    finally:
-        os.close(fd)
-    return data.decode(errors="replace").strip()
+    out.banner(f"guard {record['mode']}: pinned in {core.PIN_DIR}, agent pid {record['agent_pid']}, "
+               f"log {core.LOG_FILE}")
 
 
 @guard.command(epilog=EXAMPLES)
@@ -179,10 +134,10 @@ def stop():
 @tool_options
 def status():
     """Whether it runs, mode, policy, agent, denied/audited/lost event counts."""
-    from . import core
+    from .session import status as guard_status
 
     out = Output.from_context()
-    record = core.status()
+    record = guard_status()
     out.document(record, _fields(record, "guard"))
 
 

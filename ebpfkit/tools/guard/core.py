@@ -471,17 +471,6 @@ def write_state(state: dict) -> None:
     os.replace(tmp, STATE_FILE)
 
 
-def counters() -> dict:
-    """Denied/audited/lost counts, through read-only fds (granted to anyone)."""
-    out = {}
-    with pinned("counters", readonly=True) as m:
-        for idx, name in enumerate(("denied", "audited")):
-            out[name] = m[idx].sum()
-    with pinned("events_lost", readonly=True) as m:
-        out["lost"] = m[0].sum()
-    return out
-
-
 def agent_alive(pid) -> bool:
     """The agent process exists and is not a zombie nobody reaped yet."""
     if not pid:
@@ -491,25 +480,6 @@ def agent_alive(pid) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except (OSError, IndexError):
         return False
-
-
-def status() -> dict:
-    """Works from any context: map entry counts come from the state (the maps themselves are
-    closed to untrusted subjects), the counters through read-only fds."""
-    state = read_state()
-    if state is None:
-        return {"state": "stopped"}
-    record = {"state": "running", "pins": PIN_DIR, "mode": state.get("mode"),
-              "policy": state.get("policy"), "agent_pid": state.get("agent_pid"),
-              "agent": "running" if agent_alive(state.get("agent_pid")) else "not running",
-              "links": sorted(n for n in os.listdir(PIN_DIR) if n.startswith("link_")),
-              "log": LOG_FILE}
-    with contextlib.suppress(GuardError):
-        record.update(counters())
-    for name in ("protected_entries", "trusted_entries", "protected_exe_entries"):
-        if name in state:
-            record[name] = state[name]
-    return record
 
 
 def stop() -> bool:

@@ -1,25 +1,23 @@
-"""Socket-level acceleration between local TCP sockets (sockops + sk_msg + SOCKHASH).
+"""sockmap: socket-level acceleration between local TCP sockets (sockops + sk_msg + SOCKHASH).
+
+``session`` is the tool from Python (``open(cgroup=...)`` in the foreground, ``attached()``
+for an `enable`d cgroup; see its docstring); ``core`` loads, pins and removes; ``cli`` is
+`ebpfkit sockmap`; ``sockmap.bpf.c`` and ``sockmap.h`` are its kernel side.
 
     from ebpfkit.tools import sockmap
-    with sockmap.Accelerator("/sys/fs/cgroup/unified/mygroup") as acc:   # foreground
-        ...; acc.status()
-    sockmap.enable(cgroup, sockmap.Options(ports=(8080,)))   # pinned, outlives the process
-    sockmap.status(); sockmap.disable(cgroup)
+    with sockmap.open(cgroup="/sys/fs/cgroup/web") as session:   # foreground, nothing pinned
+        ...; session.sample()
+    sockmap.enable(cgroup, sockmap.Options(ports=(8080,)))       # pinned, outlives the process
+    sockmap.attached(cgroup).sample(); sockmap.status(); sockmap.disable(cgroup)
+
+Names are imported on first use, so `ebpfkit sockmap --help` loads no engine.
 """
 
-from .cgroups import SockmapUsageError, resolve_cgroup
-from .core import (Accelerator, AlreadyEnabled, Enablement, Options, disable, enable, enablements,
-                   find)
-from .regression import RegressionCheck, detect
+from .. import lazy_exports
 
-__all__ = ["Accelerator", "AlreadyEnabled", "Enablement", "Options", "RegressionCheck",
-           "SockmapUsageError", "detect", "disable", "enable", "enablements", "find",
-           "resolve_cgroup", "status"]
-
-
-def status(cgroup: str | None = None, all_cgroups: bool = True) -> list[dict]:
-    """One record per pinned enablement (or only ``cgroup``'s)."""
-    if cgroup is not None:
-        found = find(cgroup)
-        return [found.status()] if found and found.complete else []
-    return [e.status() for e in enablements() if e.complete]
+__getattr__, __all__ = lazy_exports(__name__, {
+    "session": ["Session", "Attached", "NotEnabledError", "open", "attached", "attached_all", "status"],
+    "core": ["Accelerator", "AlreadyEnabled", "Enablement", "Options", "disable", "enable", "enablements", "find"],
+    "cgroups": ["SockmapUsageError", "resolve_cgroup"],
+    "regression": ["RegressionCheck", "detect"],
+})

@@ -162,18 +162,11 @@ def _ports(ports) -> str:
 @tool_options
 def status(cgroup, show_sockets):
     """Where it is enabled, sockets in the map, messages/bytes redirected and fallen back."""
-    from . import enablements, find
-    from .cgroups import require_privileges
     from .regression import release_affected
+    from .session import status as pinned_status
 
     out = Output.from_context()
-    require_privileges()
-    found = [find(cgroup)] if cgroup else enablements()
-    found = [e for e in found if e is not None and e.complete]
-    records = [e.status() for e in found]
-    if show_sockets:
-        for record, e in zip(records, found):
-            record["connections"] = e.sockets()
+    records = pinned_status(cgroup, sockets=show_sockets)
     tables = [status_table(records)] if records else []
     if show_sockets:
         tables += [sockets_table(record["connections"]) for record in records]
@@ -189,21 +182,13 @@ def status(cgroup, show_sockets):
 @interval_arguments
 def run(cgroup, ports, ipv6, skb_verdict, max_sockets, interval, count):
     """Accelerate in the foreground, printing status; everything is detached on exit."""
-    from . import Accelerator, find
+    from .session import open as open_session
 
     out = Output.from_context()
-    acc = Accelerator(cgroup, _options(ports, ipv6, skb_verdict, max_sockets))
-    existing = find(acc.cgroup)
-    if existing is not None and existing.complete:
-        from . import SockmapUsageError
-
-        raise SockmapUsageError(f"sockmap acceleration is already enabled (pinned) on {acc.cgroup}",
-                                hint=f"ebpfkit sockmap disable --cgroup {acc.cgroup}")
-    with acc:
-        record = acc.status()
-        _report(out, "running", record)
+    with open_session(_options(ports, ipv6, skb_verdict, max_sockets), cgroup=cgroup) as session:
+        _report(out, "running", session.sample())
         for _ in live_intervals(out, interval, count, "Accelerating..."):
-            out.table(status_table([acc.status()]))
+            out.table(status_table([session.sample()]))
 
 
 @sockmap.command(epilog=EXAMPLES)

@@ -1,7 +1,6 @@
 """Guard user space that needs no kernel: key resolution, event decoding, the CLI check."""
 
 import dataclasses
-import json
 import os
 import stat
 from pathlib import Path
@@ -10,7 +9,7 @@ import pytest
 
 from ebpfkit.cli import cli
 from ebpfkit.engine.btftypes import codec
-from ebpfkit.tools.guard import agent, core, logfile
+from ebpfkit.tools.guard import agent, core, logfile, session
 from ebpfkit.sysinfo.devices import kernel_dev_of_stat
 from ebpfkit.sysinfo.mounts import Mount, MountTable
 from ebpfkit.output.errors import invoke_cli
@@ -323,7 +322,10 @@ def test_check_command(tmp_path, capsys):
 
 def test_status_when_stopped(monkeypatch, tmp_path):
     monkeypatch.setattr(core, "PIN_DIR", str(tmp_path / "none"))
-    assert core.status() == {"state": "stopped"}
+    assert session.status() == {"state": "stopped"}
+    with pytest.raises(session.NotRunningError, match="the guard is not running") as nothing:
+        session.attached()
+    assert nothing.value.hint == "ebpfkit guard start POLICY"
     assert core.stop() is False
 
 

@@ -1,0 +1,132 @@
+"""sockmap's session from Python, as a notebook or the exporter uses it: a foreground
+``sockmap.open()`` and ``sockmap.attached()`` over an `enable`d cgroup. Only child cgroups
+the test creates, only loopback traffic.
+
+Ground truth is what a process the test started inside the cgroup sent: it connects to
+itself over TCP loopback, waits until the test saw both ends in the map, then sends a known
+number of bytes each way and reports how many arrived intact."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ebpfkit.errors import ConfigError
+from ebpfkit.tools import sockmap
+from ebpfkit.tools.sockmap.core import pin_directory
+from helpers import wait_for
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(os.geteuid() != 0, reason="attaches sockops to a cgroup: needs root"),
+]
+
+TO_SERVER, TO_CLIENT = 3 * (1 << 20) + 12345, 777_777
+
+# One TCP loopback connection inside this process's cgroup: both ends are in the map. It says
+# "connected", waits for a line on stdin, sends argv[1] bytes to the server and argv[2] back,
+# then prints what arrived: {"sent": n, "received": n, "intact": bool}.
+EXCHANGE = r"""
+import hashlib, json, os, socket, sys
+
+def send(sock, n):
+    data = os.urandom(n)
+    sock.sendall(data)
+    return hashlib.sha256(data).digest()
+
+def receive(sock, n):
+    sha, got = hashlib.sha256(), 0
+    while got < n:
+        chunk = sock.recv(min(1 << 20, n - got))
+        if not chunk:
+            break
+        sha.update(chunk)
+        got += len(chunk)
+    return got, sha.digest()
+
+to_server, to_client = int(sys.argv[1]), int(sys.argv[2])
+with socket.create_server(("127.0.0.1", 0)) as lst:
+    client = socket.create_connection(lst.getsockname(), timeout=30)
+    server, _ = lst.accept()
+server.settimeout(30)
+print("connected", flush=True)
+sys.stdin.readline()
+sent_up = send(client, to_server)
+got_up, sha_up = receive(server, to_server)
+sent_down = send(server, to_client)
+got_down, sha_down = receive(client, to_client)
+print(json.dumps({"sent": to_server + to_client, "received": got_up + got_down,
+                  "intact": sha_up == sent_up and sha_down == sent_down}), flush=True)
+"""
+
+
+def exchange_in(cgroup, sampler) -> dict:
+    """Run EXCHANGE inside ``cgroup``; start sending once ``sampler`` shows both ends."""
+    proc = cgroup.popen([sys.executable, "-c", EXCHANGE, str(TO_SERVER), str(TO_CLIENT)],
+                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "connected"
+        assert wait_for(lambda: sampler.sample()["sockets"] == 2), sampler.sample()
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        result = json.loads(proc.stdout.readline())
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert result["received"] == result["sent"] and result["intact"], result
+    return result
+
+
+def attached_programs(path: str) -> list[str]:
+    out = subprocess.run(["bpftool", "-j", "cgroup", "show", path], capture_output=True, text=True)
+    return [p["name"] for p in json.loads(out.stdout.strip() or "[]")]
+
+
+def test_session_counts_the_bytes_a_process_in_the_cgroup_sent(child_cgroup):
+    cg_id = os.stat(child_cgroup.path).st_ino
+    with sockmap.open(cgroup=child_cgroup.path) as session:
+        assert attached_programs(child_cgroup.path) == ["sockmap_sockops"]
+        assert not os.path.exists(pin_directory(cg_id))  # the foreground form pins nothing
+        start = session.sample()
+        assert start["cgroup"] == child_cgroup.path and start["pinned"] is False
+        assert start["sockets"] == 0 and start["bytes_redirected"] == 0
+        result = exchange_in(child_cgroup, session)
+        sample = session.sample()
+        assert sample["bytes_redirected"] == result["sent"]
+        assert sample["msgs_fallback"] == 0 and sample["sockets_added"] == 2
+        assert wait_for(lambda: session.sample()["sockets"] == 0)  # the process closed both ends
+    assert attached_programs(child_cgroup.path) == []
+    assert not os.path.exists(pin_directory(cg_id))
+
+
+def test_attached_reads_the_counters_of_an_enabled_cgroup(child_cgroup):
+    with pytest.raises(sockmap.NotEnabledError) as nothing:
+        sockmap.attached(child_cgroup.path)
+    assert nothing.value.exit_code == 2 and "not enabled on" in str(nothing.value)
+    sockmap.enable(child_cgroup.path, sockmap.Options(ports=()))
+    try:
+        sampler = sockmap.attached(child_cgroup.path)
+        assert sampler.cgroup_id in [s.cgroup_id for s in sockmap.attached_all()]
+        before = sampler.sample()
+        assert before["pinned"] is True and before["cgroup"] == child_cgroup.path
+        result = exchange_in(child_cgroup, sampler)
+        assert sampler.sample()["bytes_redirected"] - before["bytes_redirected"] == result["sent"]
+        assert sampler.sample()["msgs_fallback"] == before["msgs_fallback"]
+    finally:
+        sockmap.disable(child_cgroup.path)
+    assert attached_programs(child_cgroup.path) == []
+
+
+def test_a_bad_setting_is_a_config_error_and_attaches_nothing(child_cgroup):
+    with pytest.raises(ConfigError) as bad:
+        sockmap.open(cgroup=child_cgroup.path, max_sockets=1)
+    assert bad.value.field == "max_sockets" and bad.value.exit_code == 2
+    with pytest.raises(TypeError):
+        sockmap.open(sockmap.Options(), cgroup=child_cgroup.path, ipv6=False)  # a Config or settings
+    assert attached_programs(child_cgroup.path) == []
