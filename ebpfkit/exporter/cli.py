@@ -23,8 +23,8 @@ The example configuration: ebpfkit/exporter/example.yaml.
 @click.option("--listen", default=DEFAULT_LISTEN, show_default=True, metavar="HOST:PORT",
               help="Where to serve /metrics.")
 def exporter(config_path, listen):
-    """Serve tool sessions (runqlat, iofsstat, the pinned xdp filter and load balancer) as
-    Prometheus metrics, read from the kernel at each scrape."""
+    """Serve tool sessions (runqlat, iofsstat; the pinned xdp filter and load balancer,
+    sockmap, guard) as Prometheus metrics, read from the kernel at each scrape."""
     from ..tools.common import usage_errors
     from .config import load_config
     from .server import serve

@@ -3,13 +3,14 @@ tool), and at each scrape turns what the session samples into series of the Metr
 
 Sessions that drain their maps at each sample (runqlat, iofsstat) hand out deltas: the
 adapter keeps running totals, since a Prometheus counter or histogram is cumulative. Pinned
-programs another command attached (the xdp filter and load balancer) keep their own totals:
-the adapter reads them, at each scrape, from their pins, and reports the source down (and
-forgets its series) while none is attached.
+programs another command attached (the xdp filter and load balancer, sockmap, the guard) keep
+their own totals: the adapter reads them, at each scrape, from their pins, and reports the
+source down (and forgets its series) while none is attached.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from ..errors import ConfigError
@@ -26,6 +27,7 @@ class Source:
     kind = ""
     Options: type[ToolConfig] = ToolConfig
     retry = False  # try start() again at later scrapes (what it reads may appear later)
+    owned: tuple = ()  # the metrics whose series it sets from the kernel's totals (see forget)
 
     def __init__(self, options, table: MetricTable, pid_label: bool = False):
         self.options, self.table, self.pid_label = options, table, pid_label
@@ -42,11 +44,18 @@ class Source:
         raise NotImplementedError
 
     def program_ids(self) -> dict[str, int]:
-        """{name: id} of the BPF programs the source reads."""
-        return self.session.program_ids() if self.session is not None else {}
+        """{name: id} of the BPF programs the source reads (where its session says)."""
+        ids = getattr(self.session, "program_ids", None)
+        return ids() if ids else {}
+
+    def mine(self, labels: dict) -> bool:
+        """Whether a series of an ``owned`` metric is this source's (two sources may share one)."""
+        return True
 
     def forget(self) -> None:
-        """Drop this source's series (it went away)."""
+        """Drop this source's series of the kernel's totals: it went away, or is read again."""
+        for metric in self.owned:
+            metric.drop(self.mine)
 
     def close(self) -> None:
         if self.session is not None:
@@ -166,7 +175,7 @@ class _PinnedXdp(Source):
     def start(self) -> None:
         prefix = self.kind.replace("xdp_", "ebpfkit_xdp_")
         where, item = ("iface", "netns"), self.ITEM_LABEL
-        self.metrics = {
+        self.by_field = {
             ("items", "packets"): self.table.metric(f"{prefix}_{item}_packets_total", "counter",
                                                     f"Packets per {item} (xdp).", (*where, item)),
             ("items", "bytes"): self.table.metric(f"{prefix}_{item}_bytes_total", "counter",
@@ -176,6 +185,7 @@ class _PinnedXdp(Source):
             ("totals", "bytes"): self.table.metric(f"{prefix}_bytes_total", "counter",
                                                    "Bytes by outcome (xdp).", (*where, "counter")),
         }
+        self.owned = tuple(self.by_field.values())
         self.session = self.attached()  # NotAttachedError: reported, tried again next scrape
 
     def collect(self) -> None:
@@ -187,7 +197,7 @@ class _PinnedXdp(Source):
             self.close()  # the next scrape opens the pins again
         where = (self.options.iface, self.options.netns or "")
         self.forget()  # rules and backends removed since are gone with their series
-        for (part, field), metric in self.metrics.items():
+        for (part, field), metric in self.by_field.items():
             rows = doc[self.ITEMS] if part == "items" else doc["totals"]
             for row in rows:
                 name = str(row[self.ITEM_LABEL]) if part == "items" else row["counter"]
@@ -197,10 +207,8 @@ class _PinnedXdp(Source):
         with self.attached() as session:
             return session.program_ids()
 
-    def forget(self) -> None:
-        mine = {"iface": self.options.iface, "netns": self.options.netns or ""}
-        for metric in getattr(self, "metrics", {}).values():
-            metric.drop(lambda labels: labels["iface"] == mine["iface"] and labels["netns"] == mine["netns"])
+    def mine(self, labels: dict) -> bool:
+        return (labels["iface"], labels["netns"]) == (self.options.iface, self.options.netns or "")
 
 
 class XdpFilterSource(_PinnedXdp):
@@ -225,5 +233,100 @@ class XdpLbSource(_PinnedXdp):
         return session.attached_lb(self.options.iface, self.options.netns)
 
 
+# --- sockmap and guard: counters of pinned programs ----------------------------------------
+
+def _counters(table: MetricTable, prefix: str, names, labelnames=()) -> dict:
+    """{sample key: counter metric} for (sample key, metric suffix, help) triples."""
+    return {key: table.metric(f"{prefix}_{suffix}", "counter", what, labelnames) for key, suffix, what in names}
+
+
+_SOCKMAP_COUNTERS = (
+    ("msgs_redirected", "redirected_messages_total", "Messages sk_msg redirected to the peer socket (sockmap)."),
+    ("bytes_redirected", "redirected_bytes_total", "Bytes sk_msg redirected to the peer socket (sockmap)."),
+    ("msgs_fallback", "fallback_messages_total", "Messages sent the normal way (sockmap)."),
+    ("bytes_fallback", "fallback_bytes_total", "Bytes sent the normal way (sockmap)."),
+    ("sockets_added", "sockets_added_total", "Sockets sockops added to the map (sockmap)."),
+    ("add_failed", "socket_add_failures_total", "Sockets sockops could not add (sockmap)."),
+)
+
+
+@dataclass(frozen=True)
+class SockmapOptions(ToolConfig):
+    cgroup: str | None = None  # the cgroup v2 directory `sockmap enable` accelerated; None: every one
+
+
+class SockmapSource(Source):
+    """The accelerations `ebpfkit sockmap enable` pinned: messages and bytes redirected and
+    fallen back, sockets, per cgroup (with its container and pod). Read from the pins at
+    each scrape; with ``cgroup`` set, down while that one is not enabled."""
+
+    kind = "sockmap"
+    Options = SockmapOptions
+    retry = True
+
+    def start(self) -> None:
+        from ..sysinfo.containers import CgroupPaths
+
+        self.cgroups = CgroupPaths()
+        self.counters = _counters(self.table, "ebpfkit_sockmap", _SOCKMAP_COUNTERS, CGROUP_LABELS)
+        self.sockets = self.table.metric("ebpfkit_sockmap_sockets", "gauge",
+                                         "Sockets in the map now (sockmap).", CGROUP_LABELS)
+        self.owned = (*self.counters.values(), self.sockets)
+        self.where = self.options.cgroup and self._relative(self.options.cgroup)
+
+    def collect(self) -> None:
+        from ..tools.sockmap import session
+
+        samplers = (session.attached_all() if self.options.cgroup is None
+                    else [session.attached(self.options.cgroup)])
+        self.cgroups.refresh()
+        self.forget()
+        for sampler in samplers:
+            record = sampler.sample()
+            key = tuple(cgroup_labels(self.cgroups.path(record["cgroup_id"]) or record["cgroup"]).values())
+            for field, metric in self.counters.items():
+                metric.set(key, record[field])
+            self.sockets.set(key, record["sockets"])
+
+    def mine(self, labels: dict) -> bool:
+        return self.where is None or labels["cgroup"] == self.where
+
+    def _relative(self, directory: str) -> str:
+        """A cgroup directory as the labels name it: its path under the cgroup2 mount."""
+        rel = os.path.relpath(os.path.realpath(directory), self.cgroups.root or "/")
+        return "/" if rel == "." else "/" + rel
+
+
+@dataclass(frozen=True)
+class GuardOptions(ToolConfig):
+    """The guard has one instance per machine: nothing to choose."""
+
+
+class GuardSource(Source):
+    """The running guard's (BPF-LSM) counters, read from its pins through read-only fds:
+    denials (enforce mode), audited (what audit mode would deny), log events lost. Down while
+    no guard runs."""
+
+    kind = "guard"
+    Options = GuardOptions
+    retry = True
+
+    def start(self) -> None:
+        from ..tools.guard import session
+
+        self.counters = _counters(self.table, "ebpfkit_guard", (
+            ("denied", "denials_total", "Operations the guard denied (enforce mode)."),
+            ("audited", "audited_total", "Operations the guard would deny (audit mode)."),
+            ("lost", "events_lost_total", "Violation log events lost (the ring buffer was full)."),
+        ))
+        self.owned = tuple(self.counters.values())
+        self.session = session.attached()
+
+    def collect(self) -> None:
+        record = self.session.sample()
+        for field, metric in self.counters.items():
+            metric.set((), record[field])
+
+
 SOURCES: dict[str, type[Source]] = {s.kind: s for s in (RunqlatSource, IofsstatSource, XdpFilterSource,
-                                                         XdpLbSource)}
+                                                         XdpLbSource, SockmapSource, GuardSource)}

@@ -44,7 +44,7 @@ TOOLS: dict[str, ToolInfo] = {t.name: t for t in [
              "Protect files and processes with BPF-LSM (policy, trust, audit; pinned agent).",
              hooks=(("BPF-LSM", ("btf", "kernel_btf", "lsm", "lsm_active")),)),
     ToolInfo("exporter", "ebpfkit.exporter.cli",
-             "Serve tool sessions as Prometheus metrics (runqlat, iofsstat, the pinned xdp programs).",
+             "Serve tool sessions as Prometheus metrics (runqlat, iofsstat; the pinned xdp, sockmap, guard).",
              # each source runs as its tool does (see their rows); one it cannot run is reported
              hooks=(("its sources' hooks (a source the kernel refuses is reported down)", ("btf",)),)),
     ToolInfo("build", "ebpfkit.tools.build.cli", "Compile every BPF program into prebuilt CO-RE objects."),

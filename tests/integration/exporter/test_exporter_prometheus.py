@@ -427,3 +427,37 @@ def test_a_load_balancer_attached_by_another_process_is_read_while_it_runs(veth_
         assert exporter.stop() == 0
     finally:
         exporter.kill()
+
+
+def test_sockmap_counters_of_an_enabled_cgroup_and_the_guard_not_running(child_cgroup, tmp_path):
+    """The sockmap source reads what `sockmap enable` pinned on a child cgroup: exactly the
+    bytes a process in it sent over TCP loopback; disabled, it is down and its series go.
+    No guard runs on this host (no BPF-LSM): the guard source says so and stays down."""
+    from ebpfkit.tools import sockmap
+    from helpers import exchange_in
+
+    cgroup = "/" + os.path.relpath(child_cgroup.path, cgroup2_mount())
+    config = tmp_path / "exporter.yaml"
+    config.write_text(f"sources:\n  - source: sockmap\n    cgroup: {child_cgroup.path}\n  - source: guard\n")
+    sockmap.enable(child_cgroup.path, sockmap.Options(ports=()))
+    exporter = Exporter(config)
+    try:
+        exporter.wait_ready()
+        up = ("ebpfkit_exporter_source_up", (("source", "sockmap"),))
+        assert _scraped(exporter)[up] == 1
+        assert _scraped(exporter)[("ebpfkit_exporter_source_up", (("source", "guard"),))] == 0
+        assert "source guard is down: the guard is not running" in exporter.stderr
+        result = exchange_in(child_cgroup, sockmap.attached(child_cgroup.path))
+        where = (("cgroup", cgroup), ("container", ""), ("pod_uid", ""))
+        samples = _scraped(exporter)
+        assert samples[("ebpfkit_sockmap_redirected_bytes_total", where)] == result["sent"]
+        assert samples[("ebpfkit_sockmap_sockets_added_total", where)] == 2
+        assert samples[("ebpfkit_sockmap_fallback_messages_total", where)] == 0
+        sockmap.disable(child_cgroup.path)
+        samples = _scraped(exporter)
+        assert samples[up] == 0 and _sum_of(samples, "ebpfkit_sockmap_redirected_bytes_total") == 0
+        assert exporter.stop() == 0
+    finally:
+        exporter.kill()
+        if sockmap.session.find(child_cgroup.path) is not None:
+            sockmap.disable(child_cgroup.path)
