@@ -160,9 +160,11 @@ class _PinnedXdp(Source):
     """Counters of an XDP program another command attached, read from its pins at each
     scrape (opened and closed each time, so a detach or a new attach is seen at once)."""
 
+    Options = XdpOptions
     retry = True
     ITEMS = ""  # the sample's per-item rows: "rules" or "backends"
     ITEM_LABEL = ""  # the label naming an item: "rule" or "backend"
+    OPEN = ""  # xdp.session's function that reads it: "attached_filter" or "attached_lb"
 
     @property
     def name(self) -> str:
@@ -170,7 +172,9 @@ class _PinnedXdp(Source):
         return f"{self.kind} {self.options.iface}{where}"
 
     def attached(self):
-        raise NotImplementedError
+        from ..tools.xdp import session
+
+        return getattr(session, self.OPEN)(self.options.iface, self.options.netns)
 
     def start(self) -> None:
         prefix = self.kind.replace("xdp_", "ebpfkit_xdp_")
@@ -213,24 +217,12 @@ class _PinnedXdp(Source):
 
 class XdpFilterSource(_PinnedXdp):
     kind = "xdp_filter"
-    Options = XdpOptions
-    ITEMS, ITEM_LABEL = "rules", "rule"
-
-    def attached(self):
-        from ..tools.xdp import session
-
-        return session.attached_filter(self.options.iface, self.options.netns)
+    ITEMS, ITEM_LABEL, OPEN = "rules", "rule", "attached_filter"
 
 
 class XdpLbSource(_PinnedXdp):
     kind = "xdp_lb"
-    Options = XdpOptions
-    ITEMS, ITEM_LABEL = "backends", "backend"
-
-    def attached(self):
-        from ..tools.xdp import session
-
-        return session.attached_lb(self.options.iface, self.options.netns)
+    ITEMS, ITEM_LABEL, OPEN = "backends", "backend", "attached_lb"
 
 
 # --- sockmap and guard: counters of pinned programs ----------------------------------------
