@@ -52,6 +52,8 @@ class SourceState:
 
     def start(self) -> None:
         """Open the source at startup, so a failure is logged at once (and not at the first scrape)."""
+        if self.tried:
+            return  # a scrape came first and opened it
         try:
             self.tried = True
             self.source.start()

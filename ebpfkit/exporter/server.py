@@ -1,6 +1,6 @@
-"""The exporter's lifetime: listen first (a port in use fails before anything is loaded),
-turn the kernel's BPF run-time statistics on, open the sources, serve /metrics until
-stopped, then close everything.
+"""The exporter's lifetime: turn the kernel's BPF run-time statistics on, listen (a port in
+use fails before any program is loaded), open the sources, serve /metrics until stopped,
+then close everything.
 
 prometheus_client serves the registry (its WSGI server answers the text format, or
 OpenMetrics when the scraper's Accept header asks for it). Run-time statistics are held on
@@ -65,21 +65,22 @@ def _bpf_run_time_stats(stack: contextlib.ExitStack) -> bool:
 
 
 def serve(config: ExporterConfig, address: str, ready=None) -> None:
-    """Serve until SIGINT/SIGTERM. ``ready(collector)`` is called once the sources are open."""
+    """Serve until SIGINT/SIGTERM. ``ready(collector)`` is called once the sources are open
+    (a scrape before that waits for them)."""
     from prometheus_client import CollectorRegistry, ProcessCollector
 
     host, port = parse_listen(address)
     registry = CollectorRegistry()
     ProcessCollector(registry=registry)  # the exporter's own CPU and memory
-    server, thread = listen(host, port, registry)
     with contextlib.ExitStack() as stack:
+        collector = build_collector(config, _bpf_run_time_stats(stack))
+        stack.callback(collector.close)
+        registry.register(collector)
+        server, thread = listen(host, port, registry)
         stack.callback(thread.join, 5)
         stack.callback(server.server_close)
         stack.callback(server.shutdown)
-        collector = build_collector(config, _bpf_run_time_stats(stack))
-        stack.callback(collector.close)
         collector.start()
-        registry.register(collector)
         log.info("serving /metrics on %s:%d (pid %d)", host, port, os.getpid())
         if ready:
             ready(collector)
