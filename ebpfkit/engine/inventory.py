@@ -17,7 +17,7 @@ import ctypes
 import errno
 import os
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..errors import EbpfkitError, PermissionDeniedError
 from . import _libbpf as L
@@ -32,8 +32,10 @@ class ProgramInfo:
     type: ProgType | int
     name: str
     tag: str  # hex of the kernel's 8-byte hash of the instructions (what bpftool shows)
-    run_time_ns: int = 0  # time spent running, and runs: counted only while run-time
-    run_cnt: int = 0      # statistics are on (ebpfkit.engine.run_time_stats)
+    # time spent running, and runs: counted only while run-time statistics are on
+    # (ebpfkit.engine.run_time_stats); live figures, so not part of what makes two infos equal
+    run_time_ns: int = field(default=0, compare=False)
+    run_cnt: int = field(default=0, compare=False)
 
 
 @dataclass(frozen=True)
