@@ -24,10 +24,12 @@ class Histogram:
 
     kind = ""  # "log2" or "linear", the JSON "type"
 
-    def __init__(self, counts: Sequence[int] = (), unit: str = "value", label: str | None = None):
+    def __init__(self, counts: Sequence[int] = (), unit: str = "value", label: str | None = None,
+                 sum: float | None = None):  # noqa: A002 - the statistic's name
         self.counts = [int(c) for c in counts]
         self.unit = unit
         self.label = label
+        self.sum = sum  # the exact sum of the counted values (in ``unit``) where the source keeps one
 
     @staticmethod
     def _counts_list(counts: Sequence[int] | Mapping[int, int]) -> list[int]:
@@ -183,8 +185,8 @@ class Log2Histogram(Histogram):
 
     @classmethod
     def from_counts(cls, counts: Sequence[int] | Mapping[int, int], unit: str = "value",
-                    label: str | None = None) -> Log2Histogram:
-        return cls(cls._counts_list(counts), unit=unit, label=label)
+                    label: str | None = None, sum: float | None = None) -> Log2Histogram:  # noqa: A002
+        return cls(cls._counts_list(counts), unit=unit, label=label, sum=sum)
 
     def bounds(self, index: int) -> tuple[int, int]:
         if index < 0:

@@ -4,8 +4,13 @@ the VM guest too)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import subprocess
+import sys
 import time
+from dataclasses import dataclass
 
 
 def wait_for(predicate, timeout: float = 5.0, interval: float = 0.02) -> bool:
@@ -107,3 +112,147 @@ def signalled_run_leaves_nothing(args, sig, timeout: float = 60.0) -> None:
     lookup = {"prog": inventory.program, "link": inventory.link, "map": inventory.map}
     assert wait_for(lambda: not [o for o in held if lookup[o[0]](o[1]) is not None], 5), \
         f"left in the kernel: {[o for o in held if lookup[o[0]](o[1]) is not None]}"
+
+
+# --- run-queue waits the kernel accounts for (runqlat's ground truth) -------------------------
+
+CPU = max(os.sched_getaffinity(0))
+SPIN_SECONDS = 0.3  # of CPU time, each
+
+# Pinned to CPU; on "go", burns SPIN_SECONDS of CPU time and exits.
+SPINNER = f"""
+import os, sys, time
+os.sched_setaffinity(0, {{{CPU}}})
+sys.stdin.readline()
+end = time.process_time() + {SPIN_SECONDS}
+while time.process_time() < end:
+    pass
+"""
+
+
+@dataclass
+class Truth:
+    pid: int
+    runs: int         # times it was switched in (schedstat's pcount)
+    waited_us: float  # time spent runnable in the run queue (schedstat's run_delay)
+
+    def since(self, before: Truth) -> Truth:
+        return Truth(self.pid, self.runs - before.runs, self.waited_us - before.waited_us)
+
+
+def schedstat(pid: int) -> Truth:
+    """What the kernel accounted for ``pid`` so far (a zombie keeps it until reaped)."""
+    with open(f"/proc/{pid}/schedstat") as f:
+        _, run_delay_ns, pcount = map(int, f.read().split())
+    return Truth(pid, pcount, run_delay_ns / 1000)
+
+
+class Spinners:
+    """Two SPINNERs on CPU, waiting for ``go()``: then they wait for each other in its run
+    queue; ``done()`` is what the kernel accounted for each over its whole life (read once it
+    has exited and before it is reaped). ``close()`` reaps them."""
+
+    def __init__(self):
+        self.procs = []
+        try:
+            for _ in range(2):
+                self.procs.append(subprocess.Popen([sys.executable, "-c", SPINNER], stdin=subprocess.PIPE,
+                                                   text=True))
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs]
+
+    def go(self) -> None:
+        for proc in self.procs:
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+
+    def done(self) -> list[Truth]:
+        truths = []
+        for proc in self.procs:
+            os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+            truths.append(schedstat(proc.pid))
+        return truths
+
+    def close(self) -> None:
+        for proc in self.procs:
+            proc.stdin.close()
+            if proc.poll() is None:
+                proc.kill()
+            assert proc.wait(timeout=10) in (0, -9)
+
+
+def spin_two_on_one_cpu(ready=None) -> list[Truth]:
+    """Spinners from go to done; ``ready(pids)`` (a context manager) is entered once they exist
+    and before they spin, and left after."""
+    spinners = Spinners()
+    try:
+        with ready(spinners.pids) if ready else contextlib.nullcontext():
+            spinners.go()
+            return spinners.done()
+    finally:
+        spinners.close()
+
+
+# --- TCP between two sockets of a process in a cgroup (sockmap's ground truth) -----------------
+
+TO_SERVER, TO_CLIENT = 3 * (1 << 20) + 12345, 777_777
+
+# One TCP loopback connection inside this process's cgroup: both ends are in the map. It says
+# "connected", waits for a line on stdin, sends argv[1] bytes to the server and argv[2] back,
+# then prints what arrived: {"sent": n, "received": n, "intact": bool}.
+EXCHANGE = r"""
+import hashlib, json, os, socket, sys
+
+def send(sock, n):
+    data = os.urandom(n)
+    sock.sendall(data)
+    return hashlib.sha256(data).digest()
+
+def receive(sock, n):
+    sha, got = hashlib.sha256(), 0
+    while got < n:
+        chunk = sock.recv(min(1 << 20, n - got))
+        if not chunk:
+            break
+        sha.update(chunk)
+        got += len(chunk)
+    return got, sha.digest()
+
+to_server, to_client = int(sys.argv[1]), int(sys.argv[2])
+with socket.create_server(("127.0.0.1", 0)) as lst:
+    client = socket.create_connection(lst.getsockname(), timeout=30)
+    server, _ = lst.accept()
+server.settimeout(30)
+print("connected", flush=True)
+sys.stdin.readline()
+sent_up = send(client, to_server)
+got_up, sha_up = receive(server, to_server)
+sent_down = send(server, to_client)
+got_down, sha_down = receive(client, to_client)
+print(json.dumps({"sent": to_server + to_client, "received": got_up + got_down,
+                  "intact": sha_up == sent_up and sha_down == sent_down}), flush=True)
+"""
+
+
+def exchange_in(cgroup, sampler) -> dict:
+    """Run EXCHANGE inside ``cgroup``; start sending once ``sampler`` shows both ends."""
+    proc = cgroup.popen([sys.executable, "-c", EXCHANGE, str(TO_SERVER), str(TO_CLIENT)],
+                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "connected"
+        assert wait_for(lambda: sampler.sample()["sockets"] == 2), sampler.sample()
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        result = json.loads(proc.stdout.readline())
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert result["received"] == result["sent"] and result["intact"], result
+    return result

@@ -17,7 +17,7 @@ import ctypes
 import errno
 import os
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..errors import EbpfkitError, PermissionDeniedError
 from . import _libbpf as L
@@ -32,6 +32,10 @@ class ProgramInfo:
     type: ProgType | int
     name: str
     tag: str  # hex of the kernel's 8-byte hash of the instructions (what bpftool shows)
+    # time spent running, and runs: counted only while run-time statistics are on
+    # (ebpfkit.engine.run_time_stats); live figures, so not part of what makes two infos equal
+    run_time_ns: int = field(default=0, compare=False)
+    run_cnt: int = field(default=0, compare=False)
 
 
 @dataclass(frozen=True)
@@ -107,7 +111,7 @@ def _enum(cls, value: int):
 def program_info(fd: int) -> ProgramInfo:
     info = fill_info(fd, L.bpf_prog_info())
     return ProgramInfo(info.id, _enum(ProgType, info.type), info.name.decode(errors="replace"),
-                       bytes(info.tag).hex())
+                       bytes(info.tag).hex(), info.run_time_ns, info.run_cnt)
 
 
 def map_info(fd: int) -> MapInfo:

@@ -336,6 +336,11 @@ class Object(_Base, Resource):
             p for p in self.programs.values() if p.autoload and p.auto_attachable]
         return [p.attach() for p in chosen]
 
+    def program_ids(self) -> dict[str, int]:
+        """{name: the kernel's id} of the loaded programs (for ``inventory.program(id)``:
+        run-time statistics; the kernel keeps only 15 characters of a name)."""
+        return {p.name: p.info().id for p in self.programs.values() if p.fd >= 0}
+
     def ring_buffer(self, map_name: str, callback=None, decode=True, **kw):
         """A reader of the BPF_MAP_TYPE_RINGBUF ``map_name`` (see ebpfkit.engine.events)."""
         from .events import RingBuffer

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from .logs import event_log_enabled, get_logger, log_event
+from .logs import event_log_enabled, get_logger, json_console_messages, log_event
 from .settings import OutputSettings
 from .table import MAX_TABLE_WIDTH, Column, ResultTable, as_column
 from .values import clock_time, cell_text, iso_time, is_number, now, plain, to_json
@@ -135,6 +135,12 @@ class Output:
 
     def error(self, msg: str, *args) -> None:
         self.log.error(msg, *args)
+
+    def service_messages(self) -> None:
+        """For a long-running service (the exporter): with --format json, its messages on
+        stderr are JSON lines too, what a log collector reads from a container's output."""
+        if self.format == "json":
+            json_console_messages()
 
     def lost(self, count: int, what: str = "events") -> None:
         """Report records the kernel dropped (full ring/perf buffer), so nobody trusts silent gaps."""

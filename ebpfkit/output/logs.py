@@ -69,6 +69,7 @@ class StderrHandler(logging.Handler):
         super().__init__(level)
         self.color = color
         self.detailed = detailed
+        self.json = False  # JSON lines instead (json_console_messages)
         self._rich = None
         self.addFilter(FileOnly())
         self.setFormatter(logging.Formatter(
@@ -77,7 +78,7 @@ class StderrHandler(logging.Handler):
     def emit(self, record):
         stream = sys.stderr  # looked up per record: it may be redirected
         try:
-            if not stream.isatty():
+            if self.json or not stream.isatty():
                 stream.write(self.format(record) + "\n")
                 stream.flush()
                 return
@@ -143,6 +144,15 @@ def setup_logging(verbosity: int = 0, log_file: str | None = None,
     sink.ebpfkit_owned = True
     events.addHandler(sink)
     return root
+
+
+def json_console_messages() -> None:
+    """Messages on stderr as JSON lines (like the --log file's), for a service whose stderr a
+    log collector reads (Loki, Elastic)."""
+    for handler in logging.getLogger(ROOT_LOGGER).handlers:
+        if isinstance(handler, StderrHandler):
+            handler.json = True
+            handler.setFormatter(JsonLines())
 
 
 def event_log_enabled() -> bool:

@@ -4,9 +4,9 @@ Shared by the guard (file/process protection) and, later, detection rules: the Y
 tree is walked directly so every error carries the line of the node that caused it.
 """
 
-from .loader import PolicyError, load_yaml, node_line
+from .loader import PolicyError, construct, load_yaml, node_line, read_text
 from .guard import (DEFAULT_DENY, OPERATIONS, GuardPolicy, ProcessRule, ProtectRule, TrustRule,
                     load_guard_policy, parse_guard_policy)
 
-__all__ = ["PolicyError", "load_yaml", "node_line", "DEFAULT_DENY", "OPERATIONS", "GuardPolicy",
-           "ProcessRule", "ProtectRule", "TrustRule", "load_guard_policy", "parse_guard_policy"]
+__all__ = ["PolicyError", "construct", "load_yaml", "node_line", "read_text", "DEFAULT_DENY", "OPERATIONS",
+           "GuardPolicy", "ProcessRule", "ProtectRule", "TrustRule", "load_guard_policy", "parse_guard_policy"]

@@ -24,7 +24,7 @@ import click
 import yaml
 
 from ..output.sizes import parse_size
-from .loader import PolicyError, load_yaml, node_line
+from .loader import PolicyError, load_yaml, node_line, read_text
 
 # bit per operation; the same values are in ebpfkit/tools/guard/guard.h
 OPERATIONS = {"write": 1, "unlink": 2, "rename": 4, "link": 8, "setattr": 16, "read": 32, "exec": 64}
@@ -200,11 +200,4 @@ def parse_guard_policy(text: str, source: str = "<policy>") -> GuardPolicy:
 
 
 def load_guard_policy(path: str) -> GuardPolicy:
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as exc:
-        raise PolicyError(f"cannot read the policy: {exc.strerror or exc}", None, path) from None
-    except UnicodeDecodeError:
-        raise PolicyError("cannot read the policy: not UTF-8 text", None, path) from None
-    return parse_guard_policy(text, path)
+    return parse_guard_policy(read_text(path), path)

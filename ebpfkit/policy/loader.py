@@ -34,3 +34,19 @@ def load_yaml(text: str, source: str = "<policy>") -> yaml.Node | None:
         raise PolicyError(f"invalid YAML: {exc.problem or exc.context}", line, source) from None
     except (yaml.YAMLError, ValueError, RecursionError) as exc:
         raise PolicyError(f"invalid YAML: {exc}", None, source) from None
+
+
+def read_text(path: str, what: str = "the policy") -> str:
+    """A policy or configuration file's text; PolicyError (exit 2) if it cannot be read."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError as exc:
+        raise PolicyError(f"cannot read {what}: {exc.strerror or exc}", None, path) from None
+    except UnicodeDecodeError:
+        raise PolicyError(f"cannot read {what}: not UTF-8 text", None, path) from None
+
+
+def construct(node: yaml.Node):
+    """The Python value of a composed node (what yaml.safe_load gives for it)."""
+    return yaml.SafeLoader("").construct_object(node, deep=True)

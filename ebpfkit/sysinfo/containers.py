@@ -9,6 +9,12 @@ Container engines name a container's cgroup after its 64-hex id:
     podman                    /machine.slice/libpod-<id>.scope[/container]    or  /libpod_parent/libpod-<id>
     other systemd scopes      /.../<engine>-<id>.scope
 
+Kubernetes puts each pod's containers under a pod cgroup named after the pod's UID (which
+``Container.pod_uid`` gives; pod names and namespaces are the API server's, not the kernel's):
+
+    systemd driver   /kubepods.slice/kubepods-<qos>.slice/kubepods-<qos>-pod<uid, _ for ->.slice/...
+    cgroupfs driver  /kubepods/<qos>/pod<uid>/...          (guaranteed pods: no <qos> level)
+
 BPF programs see a cgroup by its id (``bpf_get_current_cgroup_id()``), which is the inode
 number of the cgroup's directory: ``CgroupPaths`` turns ids back into paths (through
 ``sysinfo.cgroups``, cached for a stream of events).
@@ -27,6 +33,8 @@ SHORT_ID = 12  # as `docker ps` shows ids
 _ID_COMPONENT = re.compile(r"^(?:(?P<prefix>[a-z][a-z0-9_-]*?)-)?(?P<id>[0-9a-f]{64})(?:\.scope)?$")
 _RUNTIMES = {"docker": "docker", "cri-containerd": "containerd", "containerd": "containerd",
              "crio": "cri-o", "libpod": "podman", "nerdctl": "nerdctl"}
+_POD_COMPONENT = re.compile(r"^(?:kubepods(?:-[a-z]+)*-)?pod(?P<uid>[0-9a-f]{8}[-_](?:[0-9a-f]{4}[-_]){3}[0-9a-f]{12})"
+                            r"(?:\.slice)?$")
 # parents that say which engine made a bare <id> directory (cgroupfs drivers)
 _BARE_PARENTS = {"docker": "docker", "libpod_parent": "podman", "kubepods": "kubernetes"}
 
@@ -35,6 +43,7 @@ _BARE_PARENTS = {"docker": "docker", "libpod_parent": "podman", "kubepods": "kub
 class Container:
     id: str       # the full 64-hex id
     runtime: str  # docker, containerd, cri-o, podman, kubernetes (cgroupfs: engine unknown), ...
+    pod_uid: str | None = None  # the Kubernetes pod it belongs to (its UID), if any
 
     @property
     def short_id(self) -> str:
@@ -50,11 +59,23 @@ def parse_container(cgroup_path: str) -> Container | None:
         if not m:
             continue
         prefix = m.group("prefix")
-        if prefix is None:
-            return Container(m.group("id"), _bare_runtime(parts[:index]))
-        if prefix.endswith("conmon"):  # podman/CRI-O's monitor process, not the container
+        if prefix is not None and prefix.endswith("conmon"):  # podman/CRI-O's monitor, not the container
             continue
-        return Container(m.group("id"), _RUNTIMES.get(prefix, prefix))
+        runtime = _bare_runtime(parts[:index]) if prefix is None else _RUNTIMES.get(prefix, prefix)
+        return Container(m.group("id"), runtime, pod_uid(cgroup_path))
+    return None
+
+
+def pod_uid(cgroup_path: str) -> str | None:
+    """The UID of the Kubernetes pod whose cgroup ``cgroup_path`` is or lies under (the
+    systemd driver's underscores given back as dashes); None outside kubepods."""
+    parts = [p for p in cgroup_path.split("/") if p]
+    if not parts or not (parts[0] == "kubepods" or parts[0].startswith("kubepods.")):
+        return None
+    for part in parts[1:]:
+        m = _POD_COMPONENT.match(part)
+        if m:
+            return m.group("uid").replace("_", "-")
     return None
 
 

@@ -1,4 +1,6 @@
 """ebpfkit's tools: one module each, exposing a click command. Tools never import each other.
+The registry also lists the commands of consumers of the tools (the exporter, ebpfkit/exporter/),
+which tools never import.
 
 The registry below is data the CLI and `ebpfkit doctor` read without importing any tool:
 the command's module, a one-line summary, and the hooks it can use, best first (each entry
@@ -49,6 +51,10 @@ TOOLS: dict[str, ToolInfo] = {t.name: t for t in [
     ToolInfo("guard", "ebpfkit.tools.guard.cli",
              "Protect files and processes with BPF-LSM (policy, trust, audit; pinned agent).",
              hooks=(("BPF-LSM", ("btf", "kernel_btf", "lsm", "lsm_active")),)),
+    ToolInfo("exporter", "ebpfkit.exporter.cli",
+             "Serve tool sessions as Prometheus metrics (runqlat, iofsstat; the pinned xdp, sockmap, guard).",
+             # each source runs as its tool does (see their rows); one it cannot run is reported
+             hooks=(("its sources' hooks (a source the kernel refuses is reported down)", ("btf",)),)),
     ToolInfo("build", "ebpfkit.tools.build.cli", "Compile every BPF program into prebuilt CO-RE objects."),
     ToolInfo("vm", "ebpfkit.tools.vm.cli", "Boot another kernel in a VM and run a command (or tests) inside."),
 ]}

@@ -20,6 +20,9 @@ ROOT = PACKAGE.parent
 # its tool is ebpfkit/tools/vm/); every tool is a package ebpfkit/tools/<tool>/, and the modules
 # of ebpfkit/tools/ itself (the registry, common CLI plumbing) serve them all
 SHARED_LAYERS = {"engine", "output", "net", "sysinfo", "policy", "vm", "programs", "bcc"}
+# packages that consume tools as the CLI does (their sessions), with a command in the registry:
+# no tool imports them, and they import no tool's command module
+CONSUMERS = {"exporter"}
 CLI_ENTRY = {"ebpfkit.cli", "ebpfkit.__main__"}
 PRINT_CALLS = {"print", "click.echo", "click.secho"}
 STD_STREAMS = {"stdout", "stderr"}
@@ -101,7 +104,7 @@ def _fail_with(offences: list[str], rule: str) -> None:
 
 def _tool_prefixes() -> dict[str, tuple[str, ...]]:
     """Each registered tool's modules: its package, ebpfkit/tools/<tool>/."""
-    return {name: (f"ebpfkit.tools.{name}",) for name in TOOLS}
+    return {name: (f"ebpfkit.tools.{name}",) for name in TOOLS if name not in CONSUMERS}
 
 
 TOOL_PREFIXES = _tool_prefixes()
@@ -120,10 +123,11 @@ def test_the_walk_sees_the_tools_and_layers():
     for info in TOOLS.values():
         assert info.module in names, f"registry names {info.module}, which is not in {PACKAGE}"
     for name, info in TOOLS.items():
-        assert _under(info.module, f"ebpfkit.tools.{name}"), f"{info.module} is outside its package"
-        assert (PACKAGE / "tools" / name / "__init__.py").exists(), f"tool {name} is not a package"
+        package = f"ebpfkit.{name}" if name in CONSUMERS else f"ebpfkit.tools.{name}"
+        assert _under(info.module, package), f"{info.module} is outside its package"
+        assert (ROOT / package.replace(".", "/") / "__init__.py").exists(), f"{package} is not a package"
     strays = sorted(p.name for p in PACKAGE.iterdir()
-                    if (p / "__init__.py").exists() and p.name not in SHARED_LAYERS | {"tools"})
+                    if (p / "__init__.py").exists() and p.name not in SHARED_LAYERS | CONSUMERS | {"tools"})
     assert not strays, f"packages outside ebpfkit/tools/ that are neither tool nor layer: {strays}"
     assert "ebpfkit.engine._libbpf" in names
     for layer in SHARED_LAYERS - {"programs"}:
@@ -162,6 +166,22 @@ def test_no_tool_imports_another():
             if other is not None and other != own:
                 offences.append(f"{m.where(node)}: tool {own} imports {name} (tool {other})")
     _fail_with(offences, "tools never import each other: move what they share into a shared layer")
+
+
+def test_consumers_stand_apart_from_the_tools():
+    """A consumer (the exporter) uses tools' sessions, never their commands; nothing below it
+    (a tool, a layer) imports it."""
+    offences = []
+    for m in MODULES:
+        inside = next((c for c in CONSUMERS if m.within(f"ebpfkit.{c}")), None)
+        for node, name in _imports(m):
+            tool = _tool_of(name)
+            if inside and tool and _under(name, f"ebpfkit.tools.{tool}.cli"):
+                offences.append(f"{m.where(node)}: consumer {inside} imports {name}, a tool's command")
+            used = next((c for c in CONSUMERS if _under(name, f"ebpfkit.{c}")), None)
+            if used and not inside and not m.within(*CLI_ENTRY):
+                offences.append(f"{m.where(node)}: imports {name} of consumer {used}")
+    _fail_with(offences, "consumers import tools' sessions, and nothing imports a consumer")
 
 
 def _printing(module: Module):

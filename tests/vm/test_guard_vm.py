@@ -705,3 +705,56 @@ def test_audit_mode_then_agent_killed_then_stop(tmp_path, fs):
         counters.sample()
     with open(f, "a") as w:  # stop removed every hook
         w.write("c")
+
+
+def test_the_exporters_guard_source_counts_the_denials(tmp_path, fs):
+    """`ebpfkit exporter` with the guard source, an untrusted process like any other, serves
+    the running guard's counters read through read-only fds: exactly the denials this test
+    caused; without a guard, the source is down."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from helpers import wait_for
+
+    def scrape(port) -> dict:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+            text = response.read().decode()
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for family in text_string_to_metric_families(text) for s in family.samples}
+
+    def reachable(port) -> bool:
+        try:
+            return bool(scrape(port))
+        except OSError:
+            return False
+
+    target = fs / "file"
+    target.write_text("secret")
+    config = tmp_path / "exporter.yaml"
+    config.write_text("sources:\n  - source: guard\n")
+    port = 19000 + os.getpid() % 1000
+    exporter = subprocess.Popen([sys.executable, "-m", "ebpfkit", "exporter", "--config", str(config),
+                                 "--listen", f"127.0.0.1:{port}"], stderr=subprocess.PIPE, text=True)
+    up = ("ebpfkit_exporter_source_up", (("source", "guard"),))
+    try:
+        assert wait_for(lambda: reachable(port), 120, 0.5), "the exporter did not serve"
+        assert scrape(port)[up] == 0  # no guard yet
+        with guard(tmp_path, f"protect: [{target}]\n"):
+            before = scrape(port)
+            assert before[up] == 1, before
+            for _ in range(5):
+                denied(os.open, target, os.O_WRONLY)
+            after = scrape(port)
+            assert after[("ebpfkit_guard_denials_total", ())] - before[("ebpfkit_guard_denials_total", ())] == 5
+            assert after[("ebpfkit_guard_audited_total", ())] == before[("ebpfkit_guard_audited_total", ())]
+            assert after[("ebpfkit_guard_events_lost_total", ())] == 0
+        gone = scrape(port)
+        assert gone[up] == 0 and ("ebpfkit_guard_denials_total", ()) not in gone
+        exporter.send_signal(signal.SIGINT)
+        assert exporter.wait(60) == 0
+        assert "Traceback" not in exporter.stderr.read()
+    finally:
+        if exporter.poll() is None:
+            exporter.kill()
+            exporter.wait()

@@ -148,6 +148,10 @@ class Session(ToolSession):
                 features.require(_SYSCALLS[0])  # raises, saying why tracepoints do not work
         return _with_extras(_HOOKS[best]) if best == _FEXIT[0] else _HOOKS[best]
 
+    def program_ids(self) -> dict[str, int]:
+        """{name: id} of its BPF programs (what the exporter reports run time of)."""
+        return self._obj.program_ids() if self._obj is not None else {}
+
     def close(self) -> None:
         if self._obj is not None:
             obj, self._obj = self._obj, None
@@ -245,7 +249,7 @@ class Session(ToolSession):
                          "reads": st.reads, "r_bps": _rate(st.read_bytes, seconds),
                          "writes": st.writes, "w_bps": _rate(st.write_bytes, seconds),
                          "read_bytes": st.read_bytes, "write_bytes": st.write_bytes,
-                         "container": self._container(st.cgroup_id)})
+                         "container": self._container(st.cgroup_id), "cgroup_id": st.cgroup_id})
         return rows
 
     def _file_rows(self, entries, seconds) -> list[dict]:
@@ -263,7 +267,7 @@ class Session(ToolSession):
                          "path": self._path(key.tgid, key.file.dev, key.file.ino, proc_cache),
                          "container": self._container(st.cgroup_id),
                          "read_bytes": st.read_bytes, "write_bytes": st.write_bytes,
-                         "dev": dev_str(dev)})
+                         "dev": dev_str(dev), "cgroup_id": st.cgroup_id})
         return rows
 
     def _dev_name(self, dev: tuple[int, int]) -> str:

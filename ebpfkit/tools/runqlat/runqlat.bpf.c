@@ -86,6 +86,7 @@ static __always_inline int switched(struct task_struct *prev, struct task_struct
 		if (targ_per_process)
 			BPF_CORE_READ_STR_INTO(&hist->comm, next, comm);
 	}
+	__sync_fetch_and_add(&hist->sum_ns, delta);
 	delta /= targ_ms ? 1000000 : 1000;
 	__sync_fetch_and_add(&hist->slots[ek_hist_slot(delta, RUNQLAT_SLOTS)], 1);
 	return 0;

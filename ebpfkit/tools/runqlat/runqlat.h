@@ -7,6 +7,7 @@
 
 struct runqlat_hist {
 	__u32 slots[RUNQLAT_SLOTS];
+	__u64 sum_ns; /* the waits' exact sum (a Prometheus histogram's _sum) */
 	char comm[TASK_COMM_LEN];
 };
 

@@ -21,6 +21,7 @@ from ..session import ToolSession, choose_typed_tracepoints, load_attached
 PROGRAM = os.path.join(os.path.dirname(__file__), "runqlat.bpf.c")
 TYPED_HOOK = "tp_btf sched_wakeup/sched_switch"
 RAW_HOOK = "raw tracepoints sched_wakeup/sched_switch"
+SLOTS = 27  # RUNQLAT_SLOTS of runqlat.h: a histogram's slots, the last one holding every longer wait
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,11 @@ class Config(ToolConfig):
     @property
     def unit(self) -> str:
         return "msecs" if self.milliseconds else "usecs"
+
+    @property
+    def unit_ns(self) -> int:
+        """Nanoseconds in one ``unit``: a bucket's values are whole units (ns // unit_ns)."""
+        return 1_000_000 if self.milliseconds else 1000
 
 
 class Session(ToolSession):
@@ -57,8 +63,13 @@ class Session(ToolSession):
         result = []
         for key, value in sorted(self._hists.pop_all(), key=lambda kv: kv[0]):
             label = f"pid = {key} {value.comm}" if self.config.per_process else None
-            result.append(Log2Histogram.from_counts(list(value.slots), unit=self.config.unit, label=label))
+            result.append(Log2Histogram.from_counts(list(value.slots), unit=self.config.unit, label=label,
+                                                    sum=value.sum_ns / self.config.unit_ns))
         return result or [Log2Histogram.from_counts([], unit=self.config.unit)]
+
+    def program_ids(self) -> dict[str, int]:
+        """{name: id} of its BPF programs (what the exporter reports run time of)."""
+        return self._obj.program_ids()
 
     def close(self) -> None:
         self._obj.close()

@@ -37,6 +37,7 @@ class XdpSession(ToolSession):
     ``tables`` its maps (changed live), ``iface`` where it runs (None if that is gone)."""
 
     STATS: type = FilterStats  # the counter view of the program's kind
+    PROGRAM = "xdp_filter"     # its BPF program's name
 
     def __init__(self, tables, iface: pins.Iface | None, attachment: pins.Attachment | None = None):
         self.tables, self.iface, self.attachment = tables, iface, attachment
@@ -49,6 +50,11 @@ class XdpSession(ToolSession):
 
     def sample(self) -> dict:
         return self._stats.sample()
+
+    def program_ids(self) -> dict[str, int]:
+        """{name: id} of the program running on the interface (ours, or another command's)."""
+        prog = self.prog_id or (pins.attached_prog_id(self.iface) if self.iface else None)
+        return {self.PROGRAM: prog} if prog else {}
 
     def close(self) -> None:
         """Detach what this session attached; of a program another command attached, only
@@ -66,6 +72,7 @@ class LbSession(XdpSession):
     """The load balancer: ``tables`` is an LbTables (``backends()``, ``change(add=, delete=)``)."""
 
     STATS = LbStats
+    PROGRAM = "xdp_lb"
 
 
 def open_filter(config: FilterConfig | None = None, *, iface: str, netns: str | None = None,

@@ -98,3 +98,19 @@ def test_detach_links_of_a_program_found_through_the_listing(veth_pair, netns):
         assert xdp_attached(netns.name, a.ifname) == {}
         assert inventory.link(link.info().id) is not None  # detached, not destroyed: its fd is ours
         assert not detach_links_of(LinkType.XDP, prog_id + 1_000_000)
+
+
+def test_program_info_carries_the_kernels_run_time_statistics():
+    """What the exporter reports per program: run_cnt counts each run while run-time
+    statistics are on; Object.program_ids() names the ids of its loaded programs."""
+    from ebpfkit.engine import run_time_stats
+
+    frame = bytes(14) + bytes(46)  # a zeroed Ethernet frame: inv_xdp passes anything
+    with ebpfkit.compile(text=PROGRAM, name="inventory.bpf.c").load() as obj:
+        assert obj.program_ids() == {name: p.info().id for name, p in obj.programs.items()}
+        prog = obj.programs["inv_xdp"]
+        with run_time_stats():
+            before = inventory.program(prog.info().id)
+            prog.test_run(frame, repeat=40)
+            after = inventory.program(prog.info().id)
+        assert after.run_cnt - before.run_cnt == 40 and after.run_time_ns > before.run_time_ns

@@ -29,8 +29,27 @@ POD = "kubepods-burstable-pod1a2b3c4d_5e6f_7a8b_9c0d_1e2f3a4b5c6d.slice"
     (f"/system.slice/docker-{ID}.scope/", "docker"),
 ])
 def test_container_id_from_each_engines_cgroup_path(path, runtime):
-    assert parse_container(path) == Container(ID, runtime)
-    assert parse_container(path).short_id == ID[:12]
+    found = parse_container(path)
+    assert (found.id, found.runtime) == (ID, runtime)
+    assert found.short_id == ID[:12]
+
+
+POD_UID = "1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d"
+
+
+@pytest.mark.parametrize("path, pod_uid", [
+    (f"/kubepods.slice/kubepods-burstable.slice/{POD}/cri-containerd-{ID}.scope", POD_UID),  # systemd driver
+    (f"/kubepods.slice/kubepods-besteffort.slice/{POD.replace('burstable', 'besteffort')}/crio-{ID}.scope",
+     POD_UID),
+    (f"/kubepods.slice/kubepods-pod{POD_UID.replace('-', '_')}.slice/cri-containerd-{ID}.scope", POD_UID),  # guaranteed
+    (f"/kubepods/burstable/pod{POD_UID}/{ID}", POD_UID),  # cgroupfs driver
+    (f"/kubepods/pod{POD_UID}/crio-{ID}", POD_UID),
+    (f"/system.slice/docker-{ID}.scope", None),  # no pod outside kubepods
+    (f"/docker/pod{POD_UID}/{ID}", None),
+    (f"/kubepods/burstable/pod1a2b/{ID}", None),  # not a UID
+])
+def test_pod_uid_from_kubepods_paths(path, pod_uid):
+    assert parse_container(path) == Container(ID, parse_container(path).runtime, pod_uid)
 
 
 @pytest.mark.parametrize("path", [

@@ -13,68 +13,16 @@ import re
 import signal
 import subprocess
 import sys
-from contextlib import ExitStack
-from dataclasses import dataclass
 
 import pytest
 
+from helpers import SPIN_SECONDS, Truth, spin_two_on_one_cpu
 from outputs import logged
 
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(os.geteuid() != 0, reason="loads BPF programs: needs root"),
 ]
-
-CPU = max(os.sched_getaffinity(0))
-SPIN_SECONDS = 0.3  # of CPU time, each
-
-# Pinned to CPU; on "go", burns SPIN_SECONDS of CPU time and exits.
-SPINNER = f"""
-import os, sys, time
-os.sched_setaffinity(0, {{{CPU}}})
-sys.stdin.readline()
-end = time.process_time() + {SPIN_SECONDS}
-while time.process_time() < end:
-    pass
-"""
-
-
-@dataclass
-class Truth:
-    pid: int
-    runs: int         # times it was switched in (schedstat's pcount)
-    waited_us: float  # time spent runnable in the run queue (schedstat's run_delay)
-
-
-def spin_two_on_one_cpu(ready=None) -> list[Truth]:
-    """Run two SPINNERs together on CPU; what the kernel accounted for each over its whole
-    life (read once it has exited and before it is reaped: a zombie keeps its schedstat).
-    ``ready(pids)`` is called once they exist and before they spin."""
-    with ExitStack() as stack:
-        procs = []
-        for _ in range(2):
-            proc = subprocess.Popen([sys.executable, "-c", SPINNER], stdin=subprocess.PIPE, text=True)
-            stack.callback(_reap, proc)
-            procs.append(proc)
-        if ready:
-            stack.enter_context(ready([p.pid for p in procs]))
-        for proc in procs:
-            proc.stdin.write("go\n")
-            proc.stdin.flush()
-        truths = []
-        for proc in procs:
-            os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
-            with open(f"/proc/{proc.pid}/schedstat") as f:
-                _, run_delay_ns, pcount = map(int, f.read().split())
-            truths.append(Truth(proc.pid, pcount, run_delay_ns / 1000))
-    return truths
-
-
-def _reap(proc):
-    proc.stdin.close()
-    if proc.poll() is None:
-        proc.kill()
-    assert proc.wait(timeout=10) in (0, -9)
 
 
 class Runqlat:

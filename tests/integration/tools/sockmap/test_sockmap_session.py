@@ -11,77 +11,18 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 
 from ebpfkit.errors import ConfigError
 from ebpfkit.tools import sockmap
 from ebpfkit.tools.sockmap.core import pin_directory
-from helpers import wait_for
+from helpers import exchange_in, wait_for
 
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(os.geteuid() != 0, reason="attaches sockops to a cgroup: needs root"),
 ]
-
-TO_SERVER, TO_CLIENT = 3 * (1 << 20) + 12345, 777_777
-
-# One TCP loopback connection inside this process's cgroup: both ends are in the map. It says
-# "connected", waits for a line on stdin, sends argv[1] bytes to the server and argv[2] back,
-# then prints what arrived: {"sent": n, "received": n, "intact": bool}.
-EXCHANGE = r"""
-import hashlib, json, os, socket, sys
-
-def send(sock, n):
-    data = os.urandom(n)
-    sock.sendall(data)
-    return hashlib.sha256(data).digest()
-
-def receive(sock, n):
-    sha, got = hashlib.sha256(), 0
-    while got < n:
-        chunk = sock.recv(min(1 << 20, n - got))
-        if not chunk:
-            break
-        sha.update(chunk)
-        got += len(chunk)
-    return got, sha.digest()
-
-to_server, to_client = int(sys.argv[1]), int(sys.argv[2])
-with socket.create_server(("127.0.0.1", 0)) as lst:
-    client = socket.create_connection(lst.getsockname(), timeout=30)
-    server, _ = lst.accept()
-server.settimeout(30)
-print("connected", flush=True)
-sys.stdin.readline()
-sent_up = send(client, to_server)
-got_up, sha_up = receive(server, to_server)
-sent_down = send(server, to_client)
-got_down, sha_down = receive(client, to_client)
-print(json.dumps({"sent": to_server + to_client, "received": got_up + got_down,
-                  "intact": sha_up == sent_up and sha_down == sent_down}), flush=True)
-"""
-
-
-def exchange_in(cgroup, sampler) -> dict:
-    """Run EXCHANGE inside ``cgroup``; start sending once ``sampler`` shows both ends."""
-    proc = cgroup.popen([sys.executable, "-c", EXCHANGE, str(TO_SERVER), str(TO_CLIENT)],
-                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout.readline().strip() == "connected"
-        assert wait_for(lambda: sampler.sample()["sockets"] == 2), sampler.sample()
-        proc.stdin.write("go\n")
-        proc.stdin.flush()
-        result = json.loads(proc.stdout.readline())
-        assert proc.wait(60) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert result["received"] == result["sent"] and result["intact"], result
-    return result
-
 
 def attached_programs(path: str) -> list[str]:
     out = subprocess.run(["bpftool", "-j", "cgroup", "show", path], capture_output=True, text=True)
