@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from ...histogram import Log2Histogram
 from ..config import ToolConfig, check_pid
-from ..session import ToolSession
+from ..session import ToolSession, choose_typed_or_raw
 
 PROGRAM = os.path.join(os.path.dirname(__file__), "runqlat.bpf.c")
 TYPED_HOOK = "tp_btf sched_wakeup/sched_switch"
@@ -45,7 +45,7 @@ class Session(ToolSession):
 
         self.config = config
         spec = compile_bpf(PROGRAM)
-        self.hook = _choose_hook(spec)
+        self.hook = choose_typed_or_raw(spec, TYPED_HOOK, RAW_HOOK)
         spec.rodata.update({"targ_ms": config.milliseconds, "targ_per_process": config.per_process,
                             "targ_tgid": config.pid or 0})
         self._obj = spec.load()
@@ -73,13 +73,3 @@ def open(config: Config | None = None, **settings) -> Session:  # noqa: A001 - t
     """Start tracing with ``config``, or with a Config built from keyword arguments."""
     return Session(Config.given(config, **settings))
 
-
-def _choose_hook(spec) -> str:
-    """tp_btf where the kernel has BTF of its own (its arguments typed, no copies), else raw
-    tracepoints, which need only CO-RE: a --btf file serves them."""
-    from ...engine import features
-
-    typed = features.probe("kernel_btf").supported
-    for prog in spec.programs.values():
-        prog.autoload = prog.section.startswith("tp_btf/") == typed
-    return TYPED_HOOK if typed else RAW_HOOK
