@@ -71,3 +71,96 @@ def same_config_error(capsys, config_class, settings: dict, cli_args, option: st
     assert rc == 2, err
     assert f"Invalid value for {option}: {direct.value.reason}" in err, err
     return direct.value
+
+
+def still_in_kernel(held: set[tuple[str, int]], timeout: float = 10.0) -> set[tuple[str, int]]:
+    """What of ``held`` (as bpf_objects_held_by gives it) is still in the kernel after up to
+    ``timeout`` seconds (the kernel frees programs and maps after an RCU grace period)."""
+    from ebpfkit.engine import inventory
+
+    lookup = {"prog": inventory.program, "link": inventory.link, "map": inventory.map}
+
+    def left():
+        return {(kind, i) for kind, i in held if lookup[kind](i) is not None}
+
+    wait_for(lambda: not left(), timeout, 0.05)
+    return left()
+
+
+class RunningTool:
+    """`ebpfkit ARGS` in a child process, returned once its banner ("... Hit Ctrl-C to end.")
+    is out, so it is tracing. ``stop(sig)`` ends it and returns its stdout; ``kill()`` is the
+    cleanup a test's ``finally`` calls."""
+
+    def __init__(self, *args: str):
+        import os
+        import subprocess
+        import sys
+
+        env = dict(os.environ, NO_COLOR="1")
+        self.proc = subprocess.Popen([sys.executable, "-m", "ebpfkit", *args], env=env, text=True,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.pid = self.proc.pid
+        self.banner = ""
+        for line in self.proc.stderr:
+            self.banner += line
+            if "Hit Ctrl-C" in line:
+                return
+        self.stop()
+        raise AssertionError(f"`ebpfkit {' '.join(args)}` did not start "
+                             f"(exit {self.proc.returncode}): {self.stderr}")
+
+    def stop(self, sig=None) -> str:
+        """Send ``sig`` (default SIGINT, Ctrl-C) and wait; its stdout. ``returncode`` and
+        ``stderr`` tell how it ended."""
+        import signal
+
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig or signal.SIGINT)
+        self.stdout, stderr = self.proc.communicate(timeout=30)
+        self.stderr = self.banner + stderr
+        self.returncode = self.proc.returncode
+        return self.stdout
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate()
+
+
+def pinned_python(code: str, cpu: int):
+    """A Python child running ``code`` pinned to ``cpu``, its stdin a pipe (for "go" lines
+    and bytes that wake it)."""
+    import subprocess
+    import sys
+
+    prologue = f"import os, sys, time\nos.sched_setaffinity(0, {{{cpu}}})\n"
+    return subprocess.Popen([sys.executable, "-c", prologue + code], stdin=subprocess.PIPE)
+
+
+def spinner_code(seconds: float) -> str:
+    """For pinned_python: wait for a byte on stdin, then burn the CPU for ``seconds`` of wall
+    time and exit."""
+    return f"""
+os.read(0, 1)
+end = time.monotonic() + {seconds}
+while time.monotonic() < end:
+    pass
+"""
+
+
+def schedstat(pid: int) -> tuple[int, int, int]:
+    """The kernel's account of ``pid``'s main thread: (ns on CPU, ns waiting runnable in a
+    run queue, times switched in). A zombie keeps it: read before reaping."""
+    with open(f"/proc/{pid}/schedstat") as f:
+        on_cpu, run_delay, pcount = map(int, f.read().split())
+    return on_cpu, run_delay, pcount
+
+
+def reap(proc) -> None:
+    """End and reap a pinned_python child (for a test's cleanup)."""
+    if proc.stdin and not proc.stdin.closed:
+        proc.stdin.close()
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(timeout=10)

@@ -47,8 +47,8 @@ def runqslower(min_us, pid, tid, previous):
     keys = [c.key for c in columns]
     with open_session(config) as session:
         out.info("hook: %s", session.hook)
-        out.banner(f"Tracing run queue waits of {min_us} µs or more... Hit Ctrl-C to end.")
-        try:
+        try:  # first, so a Ctrl-C right after the banner ends the run cleanly too
+            out.banner(f"Tracing run queue waits of {min_us} µs or more... Hit Ctrl-C to end.")
             for wakeup in session.events():
                 record = wakeup.to_dict()
                 out.event({key: record[key] for key in keys})
