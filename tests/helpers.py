@@ -129,13 +129,14 @@ class RunningTool:
 
 
 def pinned_python(code: str, cpu: int):
-    """A Python child running ``code`` pinned to ``cpu``, its stdin a pipe (for "go" lines
-    and bytes that wake it)."""
+    """A Python child running ``code`` pinned to ``cpu`` from its exec on, its stdin a pipe
+    (for bytes that start or wake it)."""
+    import os
     import subprocess
     import sys
 
-    prologue = f"import os, sys, time\nos.sched_setaffinity(0, {{{cpu}}})\n"
-    return subprocess.Popen([sys.executable, "-c", prologue + code], stdin=subprocess.PIPE)
+    return subprocess.Popen([sys.executable, "-c", "import os, sys, time\n" + code], stdin=subprocess.PIPE,
+                            preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
 
 
 def spinner_code(seconds: float) -> str:

@@ -50,8 +50,13 @@ def runqslower(min_us, pid, tid, previous):
         try:  # first, so a Ctrl-C right after the banner ends the run cleanly too
             out.banner(f"Tracing run queue waits of {min_us} µs or more... Hit Ctrl-C to end.")
             for wakeup in session.events():
-                record = wakeup.to_dict()
-                out.event({key: record[key] for key in keys})
-        except KeyboardInterrupt:
-            pass
+                _print(out, wakeup, keys)
+        except KeyboardInterrupt:  # the end: what the kernel had sent still counts
+            for wakeup in session.drain():
+                _print(out, wakeup, keys)
         out.lost(session.lost)
+
+
+def _print(out, wakeup, keys) -> None:
+    record = wakeup.to_dict()
+    out.event({key: record[key] for key in keys})

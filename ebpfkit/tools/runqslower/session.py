@@ -7,6 +7,7 @@ preempted while still runnable). No click, no printing, no formats::
         for wakeup in session.events(timeout=10):   # Wakeup dataclasses, as they come
             print(wakeup.comm, wakeup.tid, wakeup.delay_us, wakeup.waker_comm)
         wakeups = session.poll(100)                  # or: those that came within 100 ms
+        wakeups = session.drain()                    # or: all those buffered, without waiting
         session.lost                                 # events dropped (ring buffer full)
 
 ``waker_pid``/``waker_comm`` name the task that woke it (recorded at sched_waking, in the
@@ -90,6 +91,13 @@ class Session(ToolSession):
     def poll(self, timeout_ms: int = 100) -> list[Wakeup]:
         """The Wakeups available now, waiting up to ``timeout_ms`` for the first."""
         return [self._wakeup(r) for r in self._reader.read_batch(timeout_ms)]
+
+    def drain(self) -> list[Wakeup]:
+        """Every Wakeup still buffered, without waiting (what to print before exiting)."""
+        result: list[Wakeup] = []
+        while batch := self.poll(0):
+            result.extend(batch)
+        return result
 
     @property
     def lost(self) -> int:
