@@ -6,6 +6,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
+#include "ebpfkit.h"
 #include "runqlen.h"
 
 const volatile bool targ_per_cpu = false; /* one histogram per CPU (key = CPU), else key 0 */
@@ -51,8 +52,7 @@ SEC("perf_event")
 int runqlen_sample(struct bpf_perf_event_data *ctx)
 {
 	struct runqlen_hist *hist;
-	__u64 len; /* 64 bits: no zero-extended copy for the verifier to lose the bound on */
-	__u32 key;
+	__u32 len, key;
 
 	/* as BCC's: the running task is not waiting (0 is an idle CPU or one running task) */
 	len = cpu_nr_running();
@@ -60,16 +60,10 @@ int runqlen_sample(struct bpf_perf_event_data *ctx)
 		len--;
 
 	key = targ_per_cpu ? bpf_get_smp_processor_id() : 0;
-	hist = bpf_map_lookup_elem(&hists, &key);
-	if (!hist) {
-		bpf_map_update_elem(&hists, &key, &zero_hist, BPF_NOEXIST);
-		hist = bpf_map_lookup_elem(&hists, &key);
-		if (!hist)
-			return 0;
-	}
-	if (len >= RUNQLEN_SLOTS)
-		len = RUNQLEN_SLOTS - 1;
-	__sync_fetch_and_add(&hist->slots[len], 1);
+	hist = ek_map_lookup_or_init(&hists, &key, &zero_hist);
+	if (!hist)
+		return 0;
+	__sync_fetch_and_add(&hist->slots[ek_clamp_slot(len, RUNQLEN_SLOTS)], 1);
 	return 0;
 }
 

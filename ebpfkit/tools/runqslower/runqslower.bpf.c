@@ -11,9 +11,8 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 #include "ebpfkit.h"
+#include "ek_task.h"
 #include "runqslower.h"
-
-#define TASK_RUNNING 0
 
 const volatile __u64 targ_min_us = 10000;
 const volatile __u32 targ_tgid = 0; /* 0: every process */
@@ -36,18 +35,6 @@ EK_RINGBUF(events, 256 * 1024);
 EK_EXPORT_TYPE(struct runqslower_event);
 
 static struct waiting nobody;
-
-/* task->__state was task->state before 5.14; read whichever this kernel has */
-struct task_struct___old {
-	long state;
-} __attribute__((preserve_access_index));
-
-static __always_inline long task_state(struct task_struct *t)
-{
-	if (bpf_core_field_exists(t->__state))
-		return BPF_CORE_READ(t, __state);
-	return BPF_CORE_READ((struct task_struct___old *)t, state);
-}
 
 static __always_inline bool traced(struct task_struct *t)
 {
@@ -100,7 +87,7 @@ static __always_inline int switched(struct task_struct *prev, struct task_struct
 	__u64 now, delay_us;
 	__u32 tid;
 
-	if (task_state(prev) == TASK_RUNNING)
+	if (ek_task_state(prev) == EK_TASK_RUNNING)
 		enqueued(prev, true);
 
 	tid = BPF_CORE_READ(next, pid);
