@@ -48,12 +48,15 @@ static __always_inline bool traced(struct task_struct *t)
 /* Called in the waker's context: it is the current task. */
 static __always_inline int waking(struct task_struct *p)
 {
-	struct waiting w = {};
+	struct waiting w = {}, *queued;
 	__u32 tid;
 
 	if (!traced(p))
 		return 0;
 	tid = BPF_CORE_READ(p, pid);
+	queued = bpf_map_lookup_elem(&start, &tid);
+	if (queued && queued->since)
+		return 0; /* already waiting in a run queue (preempted): this wakes nothing */
 	w.waker_pid = bpf_get_current_pid_tgid() >> 32;
 	bpf_get_current_comm(&w.waker_comm, sizeof(w.waker_comm));
 	bpf_map_update_elem(&start, &tid, &w, BPF_ANY);

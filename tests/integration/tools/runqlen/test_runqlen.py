@@ -29,6 +29,7 @@ N = 3
 # another task (a kworker, a helper of the machine) is runnable there too. 80% of one CPU's
 # samples at N-1..N is far above what chance would give and leaves room for those.
 MAJORITY = 0.8
+MIN_SAMPLES = 40  # of 99 a second (see below)
 
 
 @contextmanager
@@ -64,8 +65,9 @@ def test_session_sees_n_minus_one_waiting_on_the_spinners_cpu():
             histograms = {h.label: h for h in session.sample()}
     ours = histograms[f"cpu = {CPU}"]
     counts = {b["low"]: b["count"] for b in ours.buckets()}
-    # the cpu-clock event fires 99 times a second on a busy CPU
-    assert 70 <= ours.total <= 130, ours.buckets()
+    # the cpu-clock event fires up to 99 times a second; fewer when this machine's vCPU is
+    # descheduled by its host (hrtimer periods missed meanwhile count once)
+    assert MIN_SAMPLES <= ours.total <= 130, ours.buckets()
     assert share_at_expected_length(counts) >= MAJORITY, counts
     assert runqlen.occupancy(ours) >= 95, counts  # never fewer than one waiting
 
@@ -85,7 +87,7 @@ def test_json_per_cpu_histograms_and_occupancy():
     counts = {b["low"]: b["count"] for b in by_cpu[f"cpu = {CPU}"]["buckets"]}
     assert share_at_expected_length(counts) >= MAJORITY, counts
     rows = {r["cpu"]: r for r in json.loads(occ_out.splitlines()[-1])["rows"]}
-    assert rows[str(CPU)]["occupancy"] >= 95 and rows[str(CPU)]["samples"] >= 70, rows
+    assert rows[str(CPU)]["occupancy"] >= 95 and rows[str(CPU)]["samples"] >= MIN_SAMPLES, rows
 
 
 def test_csv_rows_parse():
