@@ -391,14 +391,14 @@ def iofsstat_run():
 _SECTION_FEATURE = {"tp": "tracepoint", "tracepoint": "tracepoint", "raw_tp": "raw_tp", "tp_btf": "tp_btf",
                     "fentry": "fentry", "fexit": "fexit", "lsm": "lsm", "kprobe": "kprobe",
                     "kretprobe": "kprobe", "xdp": "xdp_native", "sockops": "sockops", "sk_msg": "sk_msg",
-                    "sk_skb": "sk_msg"}
+                    "sk_skb": "sk_msg", "perf_event": "perf_event"}
 
 
 class EveryProgram:
     """Loads an ObjectSpec with every program this kernel runs (as its feature probes say) and
     attaches each on a hook of its kind: tracing and LSM programs where their section names,
     XDP on a veth in a namespace the test made, sockops on a child cgroup, sk_msg/sk_skb on
-    the object's SOCKHASH. Everything is closed at the end of the test."""
+    the object's SOCKHASH, perf_event programs on cpu-clock sampling of every CPU. Everything is closed at the end of the test."""
 
     def __init__(self, veth_pair, netns, cgroup):
         self.veth, self.netns, self.cgroup = veth_pair, netns, cgroup
@@ -439,6 +439,8 @@ class EveryProgram:
 
             sockhash = next(m for m in obj.maps.values() if m.type in (MapType.SOCKHASH, MapType.SOCKMAP))
             return prog.attach_sockmap(sockhash)
+        if kind == "perf_event":
+            return prog.attach_perf_event(frequency=99)
         return prog.attach()
 
     def close(self):

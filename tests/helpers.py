@@ -256,3 +256,99 @@ def exchange_in(cgroup, sampler) -> dict:
             proc.wait()
     assert result["received"] == result["sent"] and result["intact"], result
     return result
+
+
+# --- running tools and pinned children (runqlen, runqslower) -------------------------------
+
+def still_in_kernel(held: set[tuple[str, int]], timeout: float = 10.0) -> set[tuple[str, int]]:
+    """What of ``held`` (as bpf_objects_held_by gives it) is still in the kernel after up to
+    ``timeout`` seconds (the kernel frees programs and maps after an RCU grace period)."""
+    from ebpfkit.engine import inventory
+
+    lookup = {"prog": inventory.program, "link": inventory.link, "map": inventory.map}
+
+    def left():
+        return {(kind, i) for kind, i in held if lookup[kind](i) is not None}
+
+    wait_for(lambda: not left(), timeout, 0.05)
+    return left()
+
+
+class RunningTool:
+    """`ebpfkit ARGS` in a child process, returned once its banner ("... Hit Ctrl-C to end.")
+    is out, so it is tracing. ``stop(sig)`` ends it and returns its stdout; ``kill()`` is the
+    cleanup a test's ``finally`` calls."""
+
+    def __init__(self, *args: str):
+        import os
+        import subprocess
+        import sys
+
+        env = dict(os.environ, NO_COLOR="1")
+        self.proc = subprocess.Popen([sys.executable, "-m", "ebpfkit", *args], env=env, text=True,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.pid = self.proc.pid
+        self.banner = ""
+        for line in self.proc.stderr:
+            self.banner += line
+            if "Hit Ctrl-C" in line:
+                return
+        self.stop()
+        raise AssertionError(f"`ebpfkit {' '.join(args)}` did not start "
+                             f"(exit {self.proc.returncode}): {self.stderr}")
+
+    def stop(self, sig=None) -> str:
+        """Send ``sig`` (default SIGINT, Ctrl-C) and wait; its stdout. ``returncode`` and
+        ``stderr`` tell how it ended."""
+        import signal
+
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig or signal.SIGINT)
+        self.stdout, stderr = self.proc.communicate(timeout=30)
+        self.stderr = self.banner + stderr
+        self.returncode = self.proc.returncode
+        return self.stdout
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate()
+
+
+def pinned_python(code: str, cpu: int):
+    """A Python child running ``code`` pinned to ``cpu`` from its exec on, its stdin a pipe
+    (for bytes that start or wake it)."""
+    import os
+    import subprocess
+    import sys
+
+    return subprocess.Popen([sys.executable, "-c", "import os, sys, time\n" + code], stdin=subprocess.PIPE,
+                            preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
+
+
+def spinner_code(seconds: float) -> str:
+    """For pinned_python: wait for a byte on stdin, then burn the CPU for ``seconds`` of wall
+    time and exit."""
+    return f"""
+os.read(0, 1)
+end = time.monotonic() + {seconds}
+while time.monotonic() < end:
+    pass
+"""
+
+
+def schedstat_fields(pid: int) -> tuple[int, int, int]:
+    """The kernel's account of ``pid``'s main thread: (ns on CPU, ns waiting runnable in a
+    run queue, times switched in). A zombie keeps it: read before reaping."""
+    with open(f"/proc/{pid}/schedstat") as f:
+        on_cpu, run_delay, pcount = map(int, f.read().split())
+    return on_cpu, run_delay, pcount
+
+
+def reap(proc) -> None:
+    """End and reap a pinned_python child (for a test's cleanup)."""
+    if proc.stdin and not proc.stdin.closed:
+        proc.stdin.close()
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(timeout=10)

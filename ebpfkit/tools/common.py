@@ -57,19 +57,22 @@ def _as_bad_parameter(ctx):
 def live_intervals(out, interval: float | None, count: int | None, banner: str | None = None):
     """A running tool's loop: its banner (saying how to stop it), then one iteration per
     interval, as intervals() gives them, inside the output layer's live view."""
-    if banner:
-        out.banner(f"{banner} Hit Ctrl-C to end.")
+    started = (lambda: out.banner(f"{banner} Hit Ctrl-C to end.")) if banner else None
     with out.live():
-        yield from intervals(interval, count)
+        yield from intervals(interval, count, started)
 
 
-def intervals(interval: float | None, count: int | None):
+def intervals(interval: float | None, count: int | None, started=None):
     """Yield once per interval (sleeping in between) until COUNT intervals or Ctrl-C.
 
     Without an interval, wait for Ctrl-C and yield once, so a tool prints a final summary.
+    ``started()`` is called once Ctrl-C is handled (a banner saying to press it goes there:
+    a Ctrl-C right after it still ends the loop cleanly).
     """
     if interval is None:
         try:
+            if started:
+                started()
             while True:
                 time.sleep(3600)
         except KeyboardInterrupt:
@@ -78,6 +81,8 @@ def intervals(interval: float | None, count: int | None):
     done = 0
     deadline = time.monotonic()
     try:
+        if started:
+            started()
         while count is None or done < count:
             deadline += interval
             time.sleep(max(0.0, deadline - time.monotonic()))

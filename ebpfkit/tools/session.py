@@ -40,3 +40,8 @@ def load_attached(spec):
         obj.close()
         raise
     return obj
+
+
+def choose_typed_or_raw(spec, typed: str, raw: str) -> str:
+    """``choose_typed_tracepoints``, returning the label of the chosen set: ``typed`` or ``raw``."""
+    return typed if choose_typed_tracepoints(spec) else raw

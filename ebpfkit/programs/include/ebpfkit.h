@@ -77,17 +77,34 @@ static __always_inline __u32 ek_log2l(__u64 v)
 	return hi ? ek_log2(hi) + 32 : ek_log2(v);
 }
 
-/* The histogram slot of v, clamped to max_slots - 1. Clang would clamp a zero-extended
- * copy and index with the original, which older verifiers (6.1) see as unbounded: the
- * empty asm hides that the value fits 32 bits, so the register compared is the one used. */
-static __always_inline __u64 ek_hist_slot(__u64 v, __u32 max_slots)
+/* v as a slot of a max_slots array, clamped to max_slots - 1. Clang would clamp a
+ * zero-extended copy and index with the original, which older verifiers (6.1) see as
+ * unbounded: the empty asm hides that the value fits 32 bits, so the register compared is
+ * the one used. */
+static __always_inline __u64 ek_clamp_slot(__u64 slot, __u32 max_slots)
 {
-	__u64 slot = ek_log2l(v);
-
 	asm volatile("" : "+r"(slot));
 	if (slot >= max_slots)
 		slot = max_slots - 1;
 	return slot;
+}
+
+/* The log2 histogram slot of v, clamped to max_slots - 1. */
+static __always_inline __u64 ek_hist_slot(__u64 v, __u32 max_slots)
+{
+	return ek_clamp_slot(ek_log2l(v), max_slots);
+}
+
+/* The value at key, created from init first if there is none (another CPU may create it
+ * at the same time: BPF_NOEXIST keeps whichever came first). NULL only if the map is full. */
+static __always_inline void *ek_map_lookup_or_init(void *map, const void *key, const void *init)
+{
+	void *value = bpf_map_lookup_elem(map, key);
+
+	if (value)
+		return value;
+	bpf_map_update_elem(map, key, init, BPF_NOEXIST);
+	return bpf_map_lookup_elem(map, key);
 }
 
 #endif /* __EBPFKIT_H */

@@ -6,9 +6,8 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 #include "ebpfkit.h"
+#include "ek_task.h"
 #include "runqlat.h"
-
-#define TASK_RUNNING 0
 
 const volatile bool targ_per_process = false; /* one histogram per tgid */
 const volatile bool targ_ms = false;
@@ -29,18 +28,6 @@ struct {
 } hists SEC(".maps");
 
 static struct runqlat_hist zero_hist;
-
-/* task->__state was task->state before 5.14; read whichever this kernel has */
-struct task_struct___old {
-	long state;
-} __attribute__((preserve_access_index));
-
-static __always_inline long task_state(struct task_struct *t)
-{
-	if (bpf_core_field_exists(t->__state))
-		return BPF_CORE_READ(t, __state);
-	return BPF_CORE_READ((struct task_struct___old *)t, state);
-}
 
 static __always_inline int enqueued(__u32 tgid, __u32 tid)
 {
@@ -64,7 +51,7 @@ static __always_inline int switched(struct task_struct *prev, struct task_struct
 	__u32 tid, key;
 	__u64 *since, delta;
 
-	if (task_state(prev) == TASK_RUNNING)
+	if (ek_task_state(prev) == EK_TASK_RUNNING)
 		enqueued(BPF_CORE_READ(prev, tgid), BPF_CORE_READ(prev, pid));
 
 	tid = BPF_CORE_READ(next, pid);
@@ -77,15 +64,11 @@ static __always_inline int switched(struct task_struct *prev, struct task_struct
 		return 0;
 
 	key = targ_per_process ? BPF_CORE_READ(next, tgid) : 0;
-	hist = bpf_map_lookup_elem(&hists, &key);
-	if (!hist) {
-		bpf_map_update_elem(&hists, &key, &zero_hist, BPF_NOEXIST);
-		hist = bpf_map_lookup_elem(&hists, &key);
-		if (!hist)
-			return 0;
-		if (targ_per_process)
-			BPF_CORE_READ_STR_INTO(&hist->comm, next, comm);
-	}
+	hist = ek_map_lookup_or_init(&hists, &key, &zero_hist);
+	if (!hist)
+		return 0;
+	if (targ_per_process && !hist->comm[0])
+		BPF_CORE_READ_STR_INTO(&hist->comm, next, comm);
 	__sync_fetch_and_add(&hist->sum_ns, delta);
 	delta /= targ_ms ? 1000000 : 1000;
 	__sync_fetch_and_add(&hist->slots[ek_hist_slot(delta, RUNQLAT_SLOTS)], 1);

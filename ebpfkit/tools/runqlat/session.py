@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from ...histogram import Log2Histogram
 from ..config import ToolConfig, check_pid
-from ..session import ToolSession, choose_typed_tracepoints, load_attached
+from ..session import ToolSession, choose_typed_or_raw, load_attached
 
 PROGRAM = os.path.join(os.path.dirname(__file__), "runqlat.bpf.c")
 TYPED_HOOK = "tp_btf sched_wakeup/sched_switch"
@@ -51,7 +51,7 @@ class Session(ToolSession):
 
         self.config = config
         spec = compile_bpf(PROGRAM)
-        self.hook = TYPED_HOOK if choose_typed_tracepoints(spec) else RAW_HOOK
+        self.hook = choose_typed_or_raw(spec, TYPED_HOOK, RAW_HOOK)
         spec.rodata.update({"targ_ms": config.milliseconds, "targ_per_process": config.per_process,
                             "targ_tgid": config.pid or 0})
         self._obj = load_attached(spec)

@@ -10,13 +10,12 @@ import io
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 
 import pytest
 
-from helpers import SPIN_SECONDS, Truth, spin_two_on_one_cpu
+from helpers import SPIN_SECONDS, RunningTool, Truth, spin_two_on_one_cpu
 from outputs import logged
 
 pytestmark = [
@@ -25,42 +24,14 @@ pytestmark = [
 ]
 
 
-class Runqlat:
-    """`ebpfkit ARGS runqlat -P` in a child process, tracing once its banner is out; stop()
-    sends Ctrl-C, which prints the histograms."""
-
-    def __init__(self, *args: str):
-        env = dict(os.environ, NO_COLOR="1")
-        self.proc = subprocess.Popen([sys.executable, "-m", "ebpfkit", *args], env=env, text=True,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        self.banner = ""
-        for line in self.proc.stderr:
-            self.banner += line
-            if "Hit Ctrl-C" in line:
-                return
-        self.stop()
-        raise AssertionError(f"runqlat did not start (exit {self.proc.returncode}): {self.stderr}")
-
-    def stop(self) -> str:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-        self.stdout, stderr = self.proc.communicate(timeout=30)
-        self.stderr = self.banner + stderr
-        assert self.proc.returncode == 0, self.stderr
-        return self.stdout
-
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.communicate()
-
-
 def traced(*args: str) -> tuple[list[Truth], str]:
     """The two spinners, traced by `ebpfkit ARGS`: (ground truth, the tool's stdout)."""
-    tool = Runqlat(*args)
+    tool = RunningTool(*args)
     try:
         truths = spin_two_on_one_cpu()
-        return truths, tool.stop()
+        stdout = tool.stop()
+        assert tool.returncode == 0, tool.stderr
+        return truths, stdout
     finally:
         tool.kill()
 
