@@ -13,6 +13,7 @@ tool's later commands use, so no tool carries a copy of a C layout.
 from __future__ import annotations
 
 import ctypes
+import itertools
 import os
 from collections.abc import MutableMapping
 from collections.abc import Iterator
@@ -241,6 +242,18 @@ class Map(MutableMapping):
 
     def values(self):
         return [v for _, v in self.items()]
+
+    def head(self, n: int) -> list:
+        """The first ``n`` (key, value) pairs in the map's order: an array's slots 0..n-1,
+        e.g. the counters in use of a large counter array, without reading the rest."""
+        if self._batch_ok is not False:
+            try:
+                pairs = self.raw.batch(False, limit=n)
+                self._batch_ok = True
+                return [(self._key_codec.decode(k), self._decode_value(v)) for k, v in pairs]
+            except NotSupportedError:
+                self._batch_ok = False
+        return list(itertools.islice(self._iter_items(), n))
 
     def _iter_items(self):
         for raw in self._raw_keys():

@@ -283,9 +283,12 @@ class FdMap:
         except NotSupportedError:
             return [(k, v) for k in self.iter_keys() if (v := self.lookup(k)) is not None]
 
-    def batch(self, delete: bool = False, chunk: int = 4096) -> list[tuple[bytes, bytes]]:
+    def batch(self, delete: bool = False, chunk: int = 4096, limit: int | None = None) -> list[tuple[bytes, bytes]]:
         """Every (key, value) by BPF_MAP_LOOKUP(_AND_DELETE)_BATCH, a syscall per ``chunk``
-        entries. NotSupportedError where the kernel has no batch ops for this map."""
+        entries; with ``limit``, the first ``limit`` of them in the map's order (an array's
+        keys 0..limit-1). NotSupportedError where the kernel has no batch ops for this map."""
+        if limit is not None:
+            chunk = max(1, min(chunk, limit))
         fn = L.lib.bpf_map_lookup_and_delete_batch if delete else L.lib.bpf_map_lookup_batch
         ks, vs = self.key_size, self.value_buf_size
         keys = ctypes.create_string_buffer(ks * chunk)
@@ -305,6 +308,8 @@ class FdMap:
             out.extend((kraw[i * ks:(i + 1) * ks], vraw[i * vs:(i + 1) * vs]) for i in range(count.value))
             if err:  # ENOENT: that was the last batch
                 return out
+            if limit is not None and len(out) >= limit:
+                return out[:limit]
             ctypes.memmove(in_tok, out_tok, tok)
             first = False
 

@@ -234,8 +234,8 @@ class FilterTables(Tables):
         """(packets, bytes) per rule id, summed over CPUs."""
         stats = self.maps["rule_stats"]
         ids = list(ids)
-        if len(ids) > 512:
-            values = dict(stats.items())
+        if len(ids) > 512:  # one batch read of the slots up to the highest id in use
+            values = dict(stats.head(max(ids) + 1))
             return {rid: as_pair(values[rid]) if rid in values else (0, 0) for rid in ids}
         return {rid: counter(stats, rid) for rid in ids}
 

@@ -443,6 +443,26 @@ def test_max_entries_resize_and_100k_batch_read():
         assert dict(items) == {i: i * 3 + 1 for i in range(n)}
 
 
+def test_head_reads_the_first_slots_of_an_array_only():
+    spec = compile_c("""
+        struct {
+            __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+            __uint(max_entries, 70000);
+            __type(key, u32);
+            __type(value, u64);
+        } slots SEC(".maps");
+        SEC("tp/syscalls/sys_enter_getppid")
+        int touch(void *ctx) { u32 k = 0; bpf_map_lookup_elem(&slots, &k); return 0; }
+    """)
+    with spec.load() as obj:
+        slots = obj.maps["slots"]
+        slots.update_many([(i, i * 7) for i in range(5000)])
+        head = slots.head(5001)  # more than one batch, fewer than the array holds
+        assert [k for k, _ in head] == list(range(5001))
+        assert [v.sum() for _, v in head] == [i * 7 * len(head[0][1]) for i in range(5000)] + [0]
+        assert slots.head(3) == slots.items()[:3]
+
+
 def test_bss_and_data_globals_are_live():
     spec = compile_c("""
         const volatile int targ_tgid = 0;
