@@ -16,7 +16,8 @@ group boots once (``ebpfkit.vm.run``) and runs ``python -m pytest <its node ids>
 as root, over a read-only view of the host. The guest's reports come back through a file
 on a shared directory (see ``results``) and are replayed in the host's session: pass, fail
 (with the assertion text), skip, captured output and durations as if they ran locally.
-A test still running when the guest panicked or timed out fails with the console's tail.
+A test still running when the guest timed out fails with the console's tail; after a panic the
+unfinished tests get one more boot (the oops printed), and a second panic fails the test it hit.
 
 Inside the VM (``ebpfkit vm run -- pytest ...`` works too) marked tests simply run;
 one needing ``lsm=True`` is skipped where BPF-LSM is not active, one wanting another kernel
@@ -256,6 +257,8 @@ class VMScheduler:
                 self._say(f"ebpfkit vm: {group.kernel.release} {what} before the tests started "
                           f"({group.vm.accel}); booting it once more")
                 group.vm = run(command, spec, on_output=on_output)
+            elif group.vm.status == "panic":
+                self._after_a_panic(group, spec, results_file, on_output)
             group.results = GuestResults(self.config, results_file)
         except EbpfkitError as exc:
             group.failure = _unavailable(exc)
@@ -268,9 +271,28 @@ class VMScheduler:
                   f"{len(group.results.reports)} of {len(group.items)} test(s) reported, "
                   f"{vm.seconds:.1f} s in all, {vm.status}")
 
-    def _guest_command(self, group: _Group, results_file: str) -> list[str]:
+    def _after_a_panic(self, group: _Group, spec, results_file: str, on_output) -> None:
+        """A guest that panicked mid-run (under TCG a 6.12 guest did, once in a while, "in
+        interrupt", in tests that pass on their next boot) boots once more for the tests that
+        had not finished; the panic is printed whole either way, and a second one is reported
+        as it is, as a failure of the test it interrupted."""
+        from .results import GuestResults
+        from .runner import run
+
+        first = group.vm
+        done = GuestResults(self.config, results_file)
+        unfinished = [i for i in group.items if not done.complete(i.nodeid)]
+        running = done.started[-1] if done.started else None
+        self._say(f"ebpfkit vm: WARNING: {first.kernel} panicked ({first.accel}); the last test "
+                  f"started: {running or 'none'}; {len(group.items) - len(unfinished)} of "
+                  f"{len(group.items)} test(s); booting it once more for the {len(unfinished)} "
+                  f"unfinished\n--- guest console ---\n{first.console_tail(80)}")
+        _keep_finished(results_file, {i.nodeid for i in group.items if done.complete(i.nodeid)})
+        group.vm = run(self._guest_command(group, results_file, unfinished), spec, on_output=on_output)
+
+    def _guest_command(self, group: _Group, results_file: str, items=None) -> list[str]:
         config = self.config
-        argv = [sys.executable, "-m", "pytest", *[i.nodeid for i in group.items],
+        argv = [sys.executable, "-m", "pytest", *[i.nodeid for i in (items or group.items)],
                 "--rootdir", str(config.rootpath), "-p", "no:cacheprovider", "-q",
                 REPORT_OPTION, results_file]
         if config.inipath:
@@ -317,6 +339,29 @@ class VMScheduler:
         if tail:
             text += "\n--- guest pytest output (last lines) ---\n" + "\n".join(tail)
         return synthetic_reports(item, "failed", text, before=got)
+
+
+def _keep_finished(results_file: str, finished: set) -> None:
+    """Drop the records of unfinished tests from a results file (a new boot runs them again
+    and appends its own)."""
+    import json
+
+    try:
+        with open(results_file, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return  # the guest wrote none: nothing finished
+    kept = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        nodeid = record.get("nodeid") or record.get("data", {}).get("nodeid")
+        if record.get("event") in ("session", "collect") or nodeid in finished:
+            kept.append(line)
+    with open(results_file, "w", encoding="utf-8") as f:
+        f.write("".join(f"{line}\n" for line in kept))
 
 
 def _uses_hypothesis(item) -> bool:

@@ -38,6 +38,8 @@ KERNEL_ENV = "EBPFKIT_VM_KERNEL"     # there too: the release the host meant to 
 HOST_CACHE_MOUNT = "/run/ebpfkit-vm/host-cache"
 KERNEL_BTF = "/sys/kernel/btf/vmlinux"
 PANIC_RE = re.compile(r"Kernel panic - not syncing|BUG: kernel NULL pointer|general protection fault")
+# where the report of a crash begins (the panic line itself comes after the oops and its trace)
+OOPS_RE = re.compile(r"BUG: |Oops: |general protection fault|kernel BUG at|Kernel panic - not syncing")
 # Passed through to the guest command (virtme-ng's init starts it with a minimal environment).
 PASS_ENV = ("PATH", "PYTHONPATH", "VIRTUAL_ENV", "LANG", "LC_ALL", "TERM", "NO_COLOR", "TZ")
 KILL_GRACE = 5.0
@@ -78,10 +80,10 @@ class VMResult:
         return self.status == "exited"
 
     def console_tail(self, lines: int = 40) -> str:
-        """The console's last lines, or from just before the panic message when there is one
-        (what follows it is the stack trace worth reading)."""
+        """The console's last lines, or from just before the first oops or panic message when
+        there is one (what follows it is the stack trace worth reading)."""
         text = self.console.rstrip().splitlines()
-        first = next((i for i, line in enumerate(text) if PANIC_RE.search(line)), None)
+        first = next((i for i, line in enumerate(text) if OOPS_RE.search(line)), None)
         if first is not None:
             return "\n".join(text[max(0, first - 2):first - 2 + lines])
         return "\n".join(text[-lines:])

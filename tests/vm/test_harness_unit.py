@@ -108,6 +108,33 @@ PANIC_CONSOLE = "\n".join(["[ 1.0] booting"] * 50 + [
     "[14.6] CPU: 1 PID: 249 Comm: sh"] + ["[14.7]  frame"] * 60)
 
 
+OOPS_CONSOLE = "\n".join(["[ 1.0] booting"] * 50 + [
+    "[415.1] BUG: unable to handle page fault for address: 00007f49a495a206",
+    "[415.1] RIP: 0010:some_function+0x12/0x80"] + ["[415.3]  frame"] * 5 + [
+    "[415.7] Kernel panic - not syncing: Fatal exception in interrupt"])
+
+
+def test_describe_a_panic_starts_at_the_oops_that_led_to_it():
+    text = VMResult("panic", None, "6.12", "tcg", 420.0, 14.0, console=OOPS_CONSOLE).describe()
+    assert "BUG: unable to handle page fault" in text and "RIP: 0010:some_function" in text, text
+    assert "Fatal exception in interrupt" in text and text.count("booting") == 2, text  # 2 lines of context
+
+
+def test_a_new_boot_after_a_panic_keeps_only_the_finished_tests_records(tmp_path):
+    import json
+
+    from ebpfkit.vm.plugin import _keep_finished
+
+    records = [{"event": "session", "kernel": "6.12"}, {"event": "start", "nodeid": "t::a"},
+               *({"event": "report", "data": {"nodeid": "t::a", "when": w}} for w in ("setup", "call", "teardown")),
+               {"event": "start", "nodeid": "t::b"}, {"event": "report", "data": {"nodeid": "t::b", "when": "setup"}}]
+    path = tmp_path / "results.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records) + '{"event": "rep')  # cut by the panic
+    _keep_finished(str(path), {"t::a"})
+    assert [json.loads(line) for line in path.read_text().splitlines()] == records[:5]
+    _keep_finished(str(tmp_path / "none.jsonl"), set())  # no results file: nothing to keep, no error
+
+
 def test_describe_a_panic_shows_the_console_from_the_panic_on():
     result = VMResult("panic", None, "6.1.0-56-amd64", "tcg", 20.0, 15.0, console=PANIC_CONSOLE)
     text = result.describe()
@@ -262,10 +289,11 @@ def test_a_kernel_list_must_name_kernels_as_strings(tmp_path, monkeypatch, capsy
     assert "needs a non-empty list of strings" in out.out + out.err
 
 
-def test_a_guest_that_died_before_the_tests_started_is_booted_once_more(tmp_path, monkeypatch):
+def test_a_guest_that_died_or_panicked_is_booted_once_more(tmp_path, monkeypatch):
     """A boot that never reached the command (a KVM emulation failure and a TCG panic in an
-    interrupt were seen) is retried once: no test ran; a second failure is reported as it is,
-    and a test's own failure (or a panic while tests ran) is never retried."""
+    interrupt were seen) is retried once, and so is a guest that panicked while tests ran (for
+    the tests that had not finished); a second failure is reported as it is, and a test's own
+    failure (or a guest that died mid-run without a panic) is never retried."""
     from ebpfkit.vm import plugin
 
     monkeypatch.setattr(host, "require", lambda: None)
@@ -273,9 +301,10 @@ def test_a_guest_that_died_before_the_tests_started_is_booted_once_more(tmp_path
     exited = VMResult("exited", 1, "6.12", "kvm", 50.0, 30.0)
     code, got = collect_nested(tmp_path, monkeypatch, MULTI_KERNEL)
     panicked = VMResult("panic", None, "6.12", "tcg", 4.5, None, console="Kernel panic - not syncing")
+    mid_run_panic = VMResult("panic", None, "6.12", "tcg", 40.0, 30.0, console="Kernel panic - not syncing")
     for outcomes, boots in (([died, exited], 2), ([died, died], 2), ([exited], 1),
                             ([panicked, exited], 2), ([panicked, panicked], 2),
-                            ([VMResult("panic", None, "6.12", "tcg", 40.0, 30.0)], 1),
+                            ([mid_run_panic, exited], 2), ([mid_run_panic, mid_run_panic], 2),
                             ([VMResult("died", None, "6.12", "kvm", 40.0, 30.0)], 1)):
         calls = []
         monkeypatch.setattr(runner, "run", lambda command, spec, on_output=None: calls.append(spec)
