@@ -262,7 +262,7 @@ class Output:
         if header != self._csv_header:  # once per stream; again only if the columns change
             writer.writerow(header)
             self._csv_header = header
-        writer.writerows(rows)
+        writer.writerows([[_csv_cell(v) for v in row] for row in rows])
         stream.flush()
 
     def _table_result(self, result, when) -> None:
@@ -294,6 +294,26 @@ class Output:
             self.console.print(result)
         if self._in_live:
             self.console.print()
+
+    # --- text of a tool's own format ---
+
+    def refuse_format_with(self, option: str) -> None:
+        """For an option whose result is text of its own (folded stacks): --format json or
+        csv cannot apply to it, a usage error to say before the tool starts."""
+        if self.format != "table":
+            import click
+
+            raise click.UsageError(f"{option} prints text of its own; it does not combine with "
+                                   f"--format {self.format}")
+
+    def text_lines(self, lines: Iterable[str], what: str) -> None:
+        """A result that is text of the tool's own format (folded stacks for flame graphs),
+        written as it is; --log keeps it as {``what``: [lines]}."""
+        lines = list(lines)
+        self.log_event({what: lines})
+        stream = self.stream
+        stream.writelines(line + "\n" for line in lines)
+        stream.flush()
 
     # --- event streams ---
 
@@ -331,6 +351,11 @@ class Output:
         line = _join_cells(self._event_columns, [cell_text(record.get(c.key), c.format)
                                                  for c in self._event_columns])
         self._write_line(f"{clock_time(when)} {line}" if when else line)
+
+
+def _csv_cell(value):
+    """A list (a stack's frames) as one cell, its items joined by ";"."""
+    return ";".join(str(v) for v in value) if isinstance(value, (list, tuple)) else value
 
 
 def _table_dict(table: ResultTable) -> dict:

@@ -74,6 +74,12 @@ def check_pid(name: str, pid: int | None) -> None:
         raise ConfigError(name, f"no process with PID {pid}")
 
 
+def check_tid(name: str, tid: int | None) -> None:
+    """``tid``, when given, is a live thread on this machine."""
+    if tid is not None and (tid <= 0 or not os.path.exists(f"/proc/{tid}")):
+        raise ConfigError(name, f"no thread with TID {tid}")
+
+
 def check_disk(name: str, disk: str | None):
     """``disk``, when given, names a disk or partition: its ``sysinfo.devices.Disk``."""
     from ..sysinfo.devices import UnknownDiskError, resolve_disk

@@ -21,7 +21,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from ...errors import ConfigError
-from ..config import ToolConfig, check_pid
+from ..config import ToolConfig, check_pid, check_tid
 from ..session import ToolSession, choose_typed_or_raw
 
 PROGRAM = os.path.join(os.path.dirname(__file__), "runqslower.bpf.c")
@@ -39,8 +39,7 @@ class Config(ToolConfig):
         if self.min_us < 0:
             raise ConfigError("min_us", f"must be 0 or more, got {self.min_us}")
         check_pid("pid", self.pid)
-        if self.tid is not None and (self.tid <= 0 or not os.path.exists(f"/proc/{self.tid}")):
-            raise ConfigError("tid", f"no thread with TID {self.tid}")
+        check_tid("tid", self.tid)
 
 
 @dataclass(frozen=True)
