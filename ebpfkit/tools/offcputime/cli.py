@@ -37,7 +37,7 @@ DATA_KEYS = ("comm", "pid", "tid", "count", "total_us", "kernel_stack", "user_st
 @click.option("-k", "--kernel-stacks-only", is_flag=True, help="Kernel stacks only (no user frames).")
 @click.option("--state", type=int, metavar="N",
               help="Only tasks leaving the CPU in this state: 0 preempted (runnable), 1 sleeping "
-                   "(interruptible), 2 uninterruptible (D), ... (the kernel's TASK_* bits).")
+                   "(S), 2 uninterruptible (D), 4 stopped (T), ... (the state bits ps shows).")
 @click.option("-m", "--min-block-time", type=int, default=1, show_default=True, metavar="US",
               help="Count only times off the CPU of at least US µs.")
 @click.option("-M", "--max-block-time", type=int, metavar="US",

@@ -15,6 +15,10 @@
 const volatile __u32 targ_tgid = 0;     /* 0: every process */
 const volatile __u32 targ_tid = 0;      /* 0: every thread */
 const volatile long targ_state = -1;    /* -1: whatever state it left the CPU in */
+/* The state bits ps reports (the kernel's TASK_REPORT: S 1, D 2, T 4, t 8, ...): without the
+ * modifiers a sleep may carry (TASK_FREEZABLE, TASK_WAKEKILL, TASK_NOLOAD), so --state 1
+ * matches nanosleep's TASK_INTERRUPTIBLE | TASK_FREEZABLE. */
+#define OFFCPU_STATE_BITS 0x7f
 const volatile bool targ_user = true;   /* record user stacks */
 const volatile bool targ_kernel = true; /* record kernel stacks */
 const volatile __u64 targ_min_ns = 1;
@@ -54,7 +58,7 @@ static __always_inline bool traced(struct task_struct *t)
 		return false;
 	if (targ_tid && BPF_CORE_READ(t, pid) != targ_tid)
 		return false;
-	if (targ_state != -1 && ek_task_state(t) != targ_state)
+	if (targ_state != -1 && (ek_task_state(t) & OFFCPU_STATE_BITS) != targ_state)
 		return false;
 	return BPF_CORE_READ(t, pid) != 0; /* not an idle task */
 }

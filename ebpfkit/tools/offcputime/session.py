@@ -30,6 +30,7 @@ from ..session import ToolSession, choose_typed_or_raw, load_attached
 PROGRAM = os.path.join(os.path.dirname(__file__), "offcputime.bpf.c")
 TYPED_HOOK = "tp_btf sched_switch"
 RAW_HOOK = "raw tracepoint sched_switch"
+STATE_BITS = 0x7F  # the task states ps shows (TASK_REPORT), as offcputime.bpf.c matches them
 TRACING_FRAMES = ("bpf_prog_", "bpf_trace_run", "__bpf_trace_", "__traceiter_")
 MISSED_USER, MISSED_KERNEL = "[missed user stack]", "[missed kernel stack]"
 
@@ -40,7 +41,7 @@ class Config(ToolConfig):
     tid: int | None = None            # only this thread
     user_stacks_only: bool = False    # no kernel stacks
     kernel_stacks_only: bool = False  # no user stacks
-    state: int | None = None          # only tasks leaving the CPU in this state (None: any)
+    state: int | None = None          # only tasks leaving the CPU in this state (its ps bits; None: any)
     min_block_time: int = 1           # µs: shorter times off the CPU are not counted
     max_block_time: int | None = None  # µs: nor longer ones (None: no limit)
     stack_storage_size: int = 1024    # distinct stacks the kernel can keep
@@ -49,8 +50,9 @@ class Config(ToolConfig):
         check_pid("pid", self.pid)
         check_tid("tid", self.tid)
         check_exclusive("user_stacks_only", self.user_stacks_only, kernel_stacks_only=self.kernel_stacks_only)
-        if self.state is not None and self.state < 0:
-            raise ConfigError("state", f"must be 0 or more (a task state bit mask), got {self.state}")
+        if self.state is not None and not 0 <= self.state <= STATE_BITS:
+            raise ConfigError("state", f"must be a task state from 0 to {STATE_BITS} (0 preempted, 1 S, "
+                                       f"2 D, 4 T, ...), got {self.state}")
         if self.min_block_time < 0:
             raise ConfigError("min_block_time", f"must be 0 or more, got {self.min_block_time}")
         if self.max_block_time is not None and self.max_block_time < max(self.min_block_time, 1):
