@@ -56,8 +56,8 @@ class Config(ToolConfig):
         if self.min_block_time < 0:
             raise ConfigError("min_block_time", f"must be 0 or more, got {self.min_block_time}")
         if self.max_block_time is not None and self.max_block_time < max(self.min_block_time, 1):
-            raise ConfigError("max_block_time", f"must be at least min_block_time ({self.min_block_time}) "
-                                                f"and 1, got {self.max_block_time}")
+            raise ConfigError("max_block_time", f"must be at least 1 and min_block_time "
+                                                f"({self.min_block_time}), got {self.max_block_time}")
         check_positive("stack_storage_size", self.stack_storage_size)
 
     @property

@@ -264,7 +264,7 @@ def test_a_signal_leaves_nothing_attached(sig):
 @pytest.mark.parametrize("args, message", [
     (["offcputime", "-u", "-k"], "cannot be combined with kernel_stacks_only"),
     (["offcputime", "-m", "-1"], "must be 0 or more, got -1"),
-    (["offcputime", "-m", "100", "-M", "50"], "must be at least min_block_time (100)"),
+    (["offcputime", "-m", "100", "-M", "50"], "must be at least 1 and min_block_time (100), got 50"),
     (["offcputime", "--state", "-1"], "must be a task state from 0 to 127"),
     (["offcputime", "--state", "128"], "must be a task state from 0 to 127"),
     (["offcputime", "--stack-storage-size", "0"], "must be greater than 0"),
