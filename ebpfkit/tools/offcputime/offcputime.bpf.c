@@ -54,13 +54,9 @@ static struct leaving empty;
 
 static __always_inline bool traced(struct task_struct *t)
 {
-	if (targ_tgid && BPF_CORE_READ(t, tgid) != targ_tgid)
-		return false;
-	if (targ_tid && BPF_CORE_READ(t, pid) != targ_tid)
-		return false;
 	if (targ_state != -1 && (ek_task_state(t) & OFFCPU_STATE_BITS) != targ_state)
 		return false;
-	return BPF_CORE_READ(t, pid) != 0; /* not an idle task */
+	return ek_task_selected(t, targ_tgid, targ_tid);
 }
 
 /* prev is still the current task: its stacks are the ones it blocks with. */

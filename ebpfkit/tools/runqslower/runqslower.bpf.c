@@ -38,11 +38,7 @@ static struct waiting nobody;
 
 static __always_inline bool traced(struct task_struct *t)
 {
-	if (targ_tgid && BPF_CORE_READ(t, tgid) != targ_tgid)
-		return false;
-	if (targ_tid && BPF_CORE_READ(t, pid) != targ_tid)
-		return false;
-	return BPF_CORE_READ(t, pid) != 0; /* not an idle task */
+	return ek_task_selected(t, targ_tgid, targ_tid);
 }
 
 /* Called in the waker's context: it is the current task. */

@@ -237,11 +237,12 @@ def test_filters_count_the_sleeps_or_not(blocker, args, counted):
     the CPU is within the ms below what it measured (the on-CPU slack), so one that took
     less than 1 ms over a threshold may fall either side of it."""
     out, took = traced(blocker, "--format", "json", "offcputime", *args)
-    sleeps = [r for r in in_block_here(json_rows(out)) if "do_nanosleep" in r["kernel_stack"]]
+    rows = json_rows(out)
+    sleeps = [r for r in in_block_here(rows) if "do_nanosleep" in r["kernel_stack"]]
     count = sum(r["count"] for r in sleeps)
     surely = sum(counted(ns) and counted(ns - MS) for ns in took)
     maybe = sum(counted(ns) or counted(ns - MS) for ns in took)
-    assert surely <= count <= maybe, (count, took)
+    assert surely <= count <= maybe, (count, took, rows)
     if surely == SLEEPS:
         assert_the_sleeps(sum(r["total_us"] for r in sleeps), took)
 
