@@ -229,7 +229,6 @@ MS = 1_000_000  # ns
     (["-m", str(SLEEP_MS * 1000 + 10_000)], lambda ns: ns > (SLEEP_MS + 10) * MS),
     (["-M", str(SLEEP_MS * 1000 - 10_000)], lambda ns: ns <= (SLEEP_MS - 10) * MS),
     (["-m", str(SLEEP_MS * 1000 - 10_000)], lambda ns: ns > (SLEEP_MS - 10) * MS),
-    (["--state", "1"], lambda ns: True),   # nanosleep sleeps TASK_INTERRUPTIBLE (| TASK_FREEZABLE)
     (["--state", "2"], lambda ns: False),  # TASK_UNINTERRUPTIBLE: not the sleeps
 ])
 def test_filters_count_the_sleeps_or_not(blocker, args, counted):
@@ -245,6 +244,18 @@ def test_filters_count_the_sleeps_or_not(blocker, args, counted):
     assert surely <= count <= maybe, (count, took, rows)
     if surely == SLEEPS:
         assert_the_sleeps(sum(r["total_us"] for r in sleeps), took)
+
+
+def test_session_with_the_state_of_the_sleeps(blocker):
+    """nanosleep leaves the CPU TASK_INTERRUPTIBLE (| TASK_FREEZABLE since 6.1): --state 1."""
+    from ebpfkit.tools import offcputime
+
+    with offcputime.open(pid=blocker.pid, state=1) as session:
+        took = blocker.run()
+        entries = session.sample()
+    sleeps = [e for e in entries if "block_here" in e.user_stack and "do_nanosleep" in e.kernel_stack]
+    assert sum(e.count for e in sleeps) == SLEEPS, (took, entries)
+    assert_the_sleeps(sum(e.total_us for e in sleeps), took)
 
 
 def test_csv_rows_carry_the_stacks_joined(blocker):
