@@ -247,3 +247,34 @@ def test_several_tables_as_json_and_csv(make_cli, runner):
     assert data["tables"] == [{"title": "one", "rows": [{"a": 1}]}, {"rows": [{"b": 2}]}]
     rows = list(csv.reader(io.StringIO(runner.invoke(make_cli(body), ["--format", "csv", "tool"]).stdout)))
     assert [row[1:] for row in rows] == [["a"], ["1"], ["b"], ["2"]]
+
+
+def folded_text(out, **_):
+    out.refuse_format_with("-f/--folded")
+    out.text_lines(["bash;main;-;schedule 10", "sshd 3"], "folded")
+
+
+def test_text_of_a_tools_own_format_is_written_as_it_is(make_cli, runner, tmp_path):
+    log = tmp_path / "log.jsonl"
+    result = runner.invoke(make_cli(folded_text), ["--log", str(log), "tool"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "bash;main;-;schedule 10\nsshd 3\n"
+    kept = [json.loads(line) for line in log.read_text().splitlines()]
+    assert any(r.get("folded") == ["bash;main;-;schedule 10", "sshd 3"] for r in kept), kept
+
+
+def test_text_of_a_tools_own_format_refuses_json_and_csv(make_cli, runner):
+    for fmt in ("json", "csv"):
+        result = runner.invoke(make_cli(folded_text), ["--format", fmt, "tool"])
+        assert result.exit_code == 2 and result.stdout == "", result.output
+        assert f"-f/--folded prints text of its own; it does not combine with --format {fmt}" in result.stderr
+
+
+def stacks_table(out, **_):
+    out.table(ResultTable(["comm", "stack"], [["bash", ["schedule", "do_nanosleep"]]]))
+
+
+def test_csv_joins_a_list_cell_with_semicolons(make_cli, runner):
+    result = runner.invoke(make_cli(stacks_table), ["--format", "csv", "tool"])
+    rows = list(csv.reader(io.StringIO(result.stdout)))
+    assert rows[0] == ["time", "comm", "stack"] and rows[1][1:] == ["bash", "schedule;do_nanosleep"], rows
