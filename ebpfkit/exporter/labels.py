@@ -34,6 +34,7 @@ class Metric:
     limit: int = DEFAULT_SERIES_LIMIT
     series: OrderedDict = field(default_factory=OrderedDict)
     dropped: int = 0  # series evicted to stay within the limit
+    shown: set | None = None  # the series the exposition shows (None: every one), e.g. a top N
 
     def get(self, labels: tuple, factory: Callable[[], object]):
         """The value of ``labels`` (created with ``factory()`` if new), now the most recent."""
@@ -61,8 +62,16 @@ class Metric:
         for labels in [l for l in self.series if unwanted(dict(zip(self.labelnames, l)))]:
             del self.series[labels]
 
-    def items(self):
-        return [(dict(zip(self.labelnames, labels)), value) for labels, value in self.series.items()]
+    def remove(self, labels) -> None:
+        """Forget these series (label-value tuples; those already gone are skipped)."""
+        for key in labels:
+            self.series.pop(key, None)
+
+    def visible(self):
+        """(labels, value) of the series the exposition shows."""
+        if self.shown is None:
+            return self.series.items()
+        return [(labels, value) for labels, value in self.series.items() if labels in self.shown]
 
 
 @dataclass

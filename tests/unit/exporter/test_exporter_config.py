@@ -20,7 +20,7 @@ EXAMPLE = Path(ebpfkit.__file__).parent / "exporter" / "example.yaml"
 
 def test_the_shipped_example_is_valid():
     config = load_config(str(EXAMPLE))
-    assert [s.kind for s in config.sources] == ["runqlat", "iofsstat"]
+    assert [s.kind for s in config.sources] == ["runqlat", "iofsstat", "softirqs"]
     assert (config.series_limit, config.pid_label) == (2000, False)
     assert config.sources[1].options.hook == "auto"
 
@@ -44,7 +44,7 @@ def test_settings_reach_each_sources_config():
 
 BAD = [
     # (file text, line, what the message says)
-    ("sources:\n  - source: runqlat\n  - source: hardirqs\n", 3, "unknown source 'hardirqs' (known: runqlat"),
+    ("sources:\n  - source: runqlat\n  - source: cpufreq\n", 3, "unknown source 'cpufreq' (known: runqlat"),
     ("sources:\n  - source: runqlat\n    per-cpu: true\n", 3,
      "source runqlat: per_cpu: unknown setting; known ones: milliseconds, per_process, pid"),
     ("sources:\n  - source: runqlat\n\n    milliseconds: yes please\n", 4,

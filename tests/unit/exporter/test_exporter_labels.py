@@ -135,3 +135,34 @@ def test_the_collector_accumulates_and_reports_sources_down():
     assert samples[("ebpfkit_exporter_source_up", (("source", "broken"),))] == 0
     assert samples[("ebpfkit_exporter_series_dropped_total", (("metric", "ebpfkit_test_reads_total"),))] == 0
     assert ("ebpfkit_exporter_source_scrape_duration_seconds", (("source", "broken"),)) in samples
+
+
+def test_publish_keeps_exactly_a_sources_series_and_forget_drops_them_only():
+    """Two pinned filters share a metric: each source's publish() replaces only its own
+    series (a rule gone is dropped), and forget() (the source went down) leaves the other's."""
+    table = MetricTable(limit=10)
+    metric = table.metric("ebpfkit_rule_packets_total", "counter", "p", ("iface", "rule"))
+    eth1, eth2 = Source(None, table), Source(None, table)
+    eth1.publish(metric, {("eth1", "r1"): 5, ("eth1", "r2"): 7})
+    eth2.publish(metric, {("eth2", "r1"): 1})
+    eth1.publish(metric, {("eth1", "r2"): 9, ("eth1", "r3"): 0})  # r1 deleted, r3 added
+    assert dict(metric.series) == {("eth2", "r1"): 1, ("eth1", "r2"): 9, ("eth1", "r3"): 0}
+    eth1.forget()
+    assert dict(metric.series) == {("eth2", "r1"): 1} and metric.dropped == 0
+    eth1.forget()  # twice: nothing more goes
+    assert dict(metric.series) == {("eth2", "r1"): 1}
+
+
+def test_a_top_n_view_shows_only_the_series_it_names_and_keeps_counting_the_rest():
+    table = MetricTable(limit=10)
+    metric = table.metric("ebpfkit_bytes_total", "counter", "b", ("comm",))
+    for comm, amount in (("dd", 100), ("cat", 5), ("tar", 50)):
+        metric.add((comm,), amount)
+    metric.shown = {("dd",), ("tar",)}
+    assert dict(metric.visible()) == {("dd",): 100, ("tar",): 50}
+    metric.add(("cat",), 500)  # cat keeps counting while hidden
+    assert dict(metric.series)[("cat",)] == 505
+    registry = CollectorRegistry()
+    registry.register(ExporterCollector([], table))
+    shown = {labels for name, labels in _scrape(registry) if name == "ebpfkit_bytes_total"}
+    assert shown == {(("comm", "dd"),), (("comm", "tar"),)}
