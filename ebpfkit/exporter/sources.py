@@ -17,7 +17,8 @@ from ..errors import ConfigError
 from ..tools.config import ToolConfig
 from ..tools.iofsstat import session as iofsstat
 from ..tools.runqlat import session as runqlat
-from .labels import CGROUP_LABELS, HistogramValue, MetricTable, cgroup_labels, drop_exited_cgroups
+from ..sysinfo.containers import CGROUP_LABELS, cgroup_labels
+from .labels import HistogramValue, MetricTable, drop_exited_cgroups
 
 
 class Source:
