@@ -110,8 +110,9 @@ class Session(ToolSession):
         """The waits since the last sample, {key: Log2Histogram}, the key being what the
         histogram is kept per: None (the one histogram), the PID (per process), the TID (per
         thread), the PID namespace's inode number (per_pidns), the cgroup's path under the
-        cgroup2 mount (by cgroup; None for cgroups removed since), the (container short id,
-        pod UID) pair, empty strings where none applies (by container). Empty when nothing ran."""
+        cgroup2 mount (by cgroup), the (container short id, pod UID) pair, empty strings where
+        none applies (by container); None for the waits of cgroups removed since. Empty when
+        nothing ran."""
         if self._cgroups is not None:
             self._cgroups.refresh()
         merged: dict = {}
@@ -133,8 +134,10 @@ class Session(ToolSession):
         if config.by is None:
             return None, None
         path = self._cgroups.path(raw_key)
+        if path is None:  # removed before this sample read its waits
+            return None, f"{config.by} = (cgroup removed)"
         if config.by == "cgroup":
-            return path, f"cgroup = {path if path is not None else '(removed)'}"
+            return path, f"cgroup = {path}"
         labels = cgroup_labels(path)
         key = (labels["container"], labels["pod_uid"])
         return key, container_label(*key)
