@@ -177,7 +177,9 @@ def test_session_for_one_pid_sees_only_it():
     assert set(seen) == {truths[0].pid}, seen
     traced = truths[0].since(before[0])
     waits = sum(seen[truths[0].pid].values())
-    assert abs(waits - traced.runs) <= max(2, traced.runs // 100), (seen, traced)
+    # each wait counted ends in a run; a few runs follow no wait runqlat sees (a task
+    # preempted while setting a sleeping state, more of them on a loaded machine)
+    assert traced.runs - max(5, traced.runs // 20) <= waits <= traced.runs, (seen, traced)
 
 
 def test_a_bad_value_is_the_same_error_from_cli_yaml_and_notebook():
