@@ -148,16 +148,17 @@ def schedstat(pid: int) -> Truth:
 
 
 class Spinners:
-    """Two SPINNERs on CPU, waiting for ``go()``: then they wait for each other in its run
-    queue; ``done()`` is what the kernel accounted for each over its whole life (read once it
-    has exited and before it is reaped). ``close()`` reaps them."""
+    """``count`` SPINNERs on CPU (started with ``launch``, Popen's signature: a cgroup's
+    ``popen`` starts them in it), waiting for ``go()``: then they wait for each other (and for
+    any other spinners on CPU) in its run queue; ``done()`` is what the kernel accounted for
+    each over its whole life (read once it has exited and before it is reaped). ``close()``
+    reaps them."""
 
-    def __init__(self):
+    def __init__(self, count: int = 2, launch=subprocess.Popen):
         self.procs = []
         try:
-            for _ in range(2):
-                self.procs.append(subprocess.Popen([sys.executable, "-c", SPINNER], stdin=subprocess.PIPE,
-                                                   text=True))
+            for _ in range(count):
+                self.procs.append(launch([sys.executable, "-c", SPINNER], stdin=subprocess.PIPE, text=True))
         except BaseException:
             self.close()
             raise

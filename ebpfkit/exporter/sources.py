@@ -14,12 +14,13 @@ from collections import Counter
 from dataclasses import dataclass
 
 from ..errors import ConfigError
+from ..sysinfo.containers import CGROUP_LABELS, cgroup_labels
 from ..tools.config import ToolConfig
 from ..tools.hardirqs import session as hardirqs
 from ..tools.iofsstat import session as iofsstat
 from ..tools.runqlat import session as runqlat
 from ..tools.softirqs import session as softirqs
-from .labels import CGROUP_LABELS, HistogramValue, MetricTable, cgroup_labels, drop_exited_cgroups
+from .labels import HistogramValue, MetricTable, drop_exited_cgroups
 
 
 class Source:
@@ -79,31 +80,49 @@ class Source:
 class RunqlatOptions(runqlat.Config):
     def validate(self) -> None:
         super().validate()
-        if self.per_process:
-            raise ConfigError("per_process", "not exported: a series per process is what the exporter's "
-                                             "bounded labels avoid; use 'pid' to watch one process")
+        for field in ("per_process", "per_thread"):
+            if getattr(self, field):
+                raise ConfigError(field, "not exported: a series per process or thread is what the exporter's "
+                                         "bounded labels avoid; use 'pid' to watch one process")
+        if self.per_pidns:
+            raise ConfigError("per_pidns", "not exported; 'by: cgroup' gives a series per cgroup, with its "
+                                           "container and pod")
+        if self.by == "container":
+            raise ConfigError("by", "not exported: use 'by: cgroup', whose series carry the container and "
+                                    "pod_uid labels (sum by container in PromQL)")
 
 
 class RunqlatSource(Source):
     """Run-queue latency as a Prometheus histogram in seconds. runqlat's log2 slot i counts
     waits of [2^i, 2^(i+1)) units (slot 0: [0, 2)), so its ``le`` bound is 2^(i+1) units; the
     last slot also holds every longer wait, so it is only under +Inf. ``_sum`` is exact: the
-    BPF program adds each wait's nanoseconds to the map next to the slots."""
+    BPF program adds each wait's nanoseconds to the map next to the slots. With ``by: cgroup``,
+    a histogram per cgroup (cgroup, container, pod_uid labels); those of cgroups that are
+    gone are dropped."""
 
     kind = "runqlat"
     Options = RunqlatOptions
 
     def start(self) -> None:
+        from ..sysinfo.cgroups import cgroup2_mount
+
         self.session = runqlat.open(self.options)
+        self.root = cgroup2_mount()
         self.latency = self.table.metric(
             "ebpfkit_runqueue_latency_seconds", "histogram",
-            "Time from a task becoming runnable until it runs on a CPU (runqlat).")
+            "Time from a task becoming runnable until it runs on a CPU (runqlat).",
+            CGROUP_LABELS if self.options.by else ())
 
     def collect(self) -> None:
         unit = self.options.unit_ns / 1e9
-        for hist in self.session.sample():
-            value = self.latency.get((), lambda: HistogramValue([0] * runqlat.SLOTS, unit))
+        for key, hist in self.session.sample_keyed().items():
+            if self.options.by and key is None:
+                continue  # cgroups removed since: their series would be dropped at once
+            labels = tuple(cgroup_labels(key).values()) if self.options.by else ()
+            value = self.latency.get(labels, lambda: HistogramValue([0] * runqlat.SLOTS, unit))
             value.add(hist.counts, (hist.sum or 0) * unit)
+        if self.options.by:
+            drop_exited_cgroups(self.latency, self.root)
 
 
 # --- hardirqs and softirqs ------------------------------------------------------------------
