@@ -315,15 +315,15 @@ class RunningTool:
             self.proc.communicate()
 
 
-def pinned_python(code: str, cpu: int):
+def pinned_python(code: str, cpu: int, **popen):
     """A Python child running ``code`` pinned to ``cpu`` from its exec on, its stdin a pipe
-    (for bytes that start or wake it)."""
+    (for bytes that start or wake it); ``popen``: more Popen arguments (``stdout=PIPE``)."""
     import os
     import subprocess
     import sys
 
     return subprocess.Popen([sys.executable, "-c", "import os, sys, time\n" + code], stdin=subprocess.PIPE,
-                            preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
+                            preexec_fn=lambda: os.sched_setaffinity(0, {cpu}), **popen)
 
 
 def spinner_code(seconds: float) -> str:
