@@ -195,6 +195,26 @@ def test_session_on_and_off_cpu_sum_to_the_kernels_account():
         (sleeps_us, truth)
 
 
+def test_raw_tracepoint_fallback_sees_the_same(monkeypatch):
+    """Where the kernel has no BTF of its own the session loads its raw_tp program instead:
+    forced here, it sees the busy stretches as the tp_btf one does."""
+    from ebpfkit.tools import cpudist
+    from ebpfkit.tools import session as tool_sessions
+
+    def raw_only(spec):
+        for prog in spec.programs.values():
+            prog.autoload = prog.section.startswith("raw_tp/")
+        return False
+
+    monkeypatch.setattr(tool_sessions, "choose_typed_tracepoints", raw_only)
+    with workload() as (pid, run), cpudist.open(pid=pid, milliseconds=True) as session:
+        assert session.hook == cpudist.session.RAW_HOOK
+        truth = run()
+        (hist,) = session.sample()
+    assert hist.bounds(hist.counts.index(max(hist.counts))) == MS_BUCKET, hist.counts
+    assert abs(hist.total - truth.switched_in) <= 1, (hist.counts, truth)
+
+
 def test_a_sample_drains():
     from ebpfkit.tools import cpudist
 
