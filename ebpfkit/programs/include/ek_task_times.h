@@ -1,5 +1,5 @@
 /* Log2 histograms of a time per task (runqlat: run-queue waits; cpudist: on- and off-CPU
- * time), one per key of the program's choosing (0 for all, a tgid, a tid), in a hash map
+ * time), one per key of the program's choosing (0 for all, a tgid, a tid, ...), in a hash map
  * of struct ek_task_times values that Python decodes through BTF (slots, sum_ns, comm).
  * Needs "ebpfkit.h" and bpf/bpf_core_read.h. */
 #ifndef __EK_TASK_TIMES_H
@@ -16,12 +16,12 @@ struct ek_task_times {
 
 static const struct ek_task_times ek_zero_task_times;
 
-/* Count ``delta_ns`` under ``key`` of ``map``, in slots of ``unit_ns``; with ``named``, the
- * key's histogram carries the comm of ``task`` (its first one). */
-static __always_inline void ek_task_times_add(void *map, __u32 key, struct task_struct *task, __u64 delta_ns,
-					      __u64 unit_ns, bool named)
+/* Count ``delta_ns`` under ``key`` (of the map's key type) in ``map``, in slots of ``unit_ns``;
+ * with ``named``, the key's histogram carries the comm of ``task`` (its first one). */
+static __always_inline void ek_task_times_add(void *map, const void *key, struct task_struct *task,
+					      __u64 delta_ns, __u64 unit_ns, bool named)
 {
-	struct ek_task_times *hist = ek_map_lookup_or_init(map, &key, &ek_zero_task_times);
+	struct ek_task_times *hist = ek_map_lookup_or_init(map, key, &ek_zero_task_times);
 
 	if (!hist)
 		return;

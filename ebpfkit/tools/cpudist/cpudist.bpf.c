@@ -49,7 +49,7 @@ static __always_inline void interval_ends(struct task_struct *t, __u64 now)
 		return; /* it started before the program was attached */
 	if (now > *since) {
 		key = targ_per_process ? tgid : targ_per_thread ? tid : 0;
-		ek_task_times_add(&hists, key, t, now - *since, targ_ms ? 1000000 : 1000,
+		ek_task_times_add(&hists, &key, t, now - *since, targ_ms ? 1000000 : 1000,
 				  targ_per_process || targ_per_thread);
 	}
 	bpf_map_delete_elem(&start, &tid);

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from helpers import RunningTool, ek, pinned_python, reap, signalled_run_leaves_nothing, wait_for
+from helpers import ek, pinned_python, reap, signalled_run_leaves_nothing, traced_while, wait_for
 
 pytestmark = [
     pytest.mark.integration,
@@ -105,14 +105,7 @@ def _read(path: str) -> tuple[int, int, int]:
 def traced(*options: str, fmt: str = "json") -> tuple[Truth, str]:
     """The workload under `ebpfkit --format FMT cpudist OPTIONS -p PID`: (truth, stdout)."""
     with workload() as (pid, run):
-        tool = RunningTool("--format", fmt, "cpudist", *options, "-p", str(pid))
-        try:
-            truth = run()
-            stdout = tool.stop()
-            assert tool.returncode == 0, tool.stderr
-            return truth, stdout
-        finally:
-            tool.kill()
+        return traced_while(run, "--format", fmt, "cpudist", *options, "-p", str(pid))
 
 
 def from_json(text: str) -> dict[str | None, dict]:
