@@ -18,7 +18,8 @@ const volatile bool targ_ms = false;
 const volatile __u32 targ_tgid = 0; /* 0: every process */
 
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH); /* off CPU, every sleeping task has one: never full */
+	/* off CPU every sleeping task has an entry, and an exited one keeps its last: the oldest go */
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
 	__type(key, __u32);   /* tid */
 	__type(value, __u64); /* when it was switched in (on CPU) or out (off CPU) */

