@@ -1,7 +1,7 @@
 """runqlat: scheduler run-queue latency as log2 histograms.
 
 ``session`` is the tool (Config -> open() -> Session.sample()); ``cli`` is `ebpfkit runqlat`;
-``runqlat.bpf.c`` (on ``programs/include/ek_task_times.h``, as cpudist) is its kernel side."""
+``runqlat.bpf.c`` and ``runqlat.h`` are its kernel side."""
 
 from .. import lazy_exports
 

@@ -7,7 +7,7 @@
 #include <bpf/bpf_core_read.h>
 #include "ebpfkit.h"
 #include "ek_task.h"
-#include "ek_task_times.h"
+#include "runqlat.h"
 
 const volatile bool targ_per_process = false; /* one histogram per tgid */
 const volatile bool targ_ms = false;
@@ -24,8 +24,10 @@ struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 10240);
 	__type(key, __u32); /* tgid, or 0 for the single histogram */
-	__type(value, struct ek_task_times);
+	__type(value, struct runqlat_hist);
 } hists SEC(".maps");
+
+static struct runqlat_hist zero_hist;
 
 static __always_inline int enqueued(__u32 tgid, __u32 tid)
 {
@@ -45,6 +47,7 @@ static __always_inline int woken(struct task_struct *p)
 
 static __always_inline int switched(struct task_struct *prev, struct task_struct *next)
 {
+	struct runqlat_hist *hist;
 	__u32 tid, key;
 	__u64 *since, delta;
 
@@ -61,7 +64,14 @@ static __always_inline int switched(struct task_struct *prev, struct task_struct
 		return 0;
 
 	key = targ_per_process ? BPF_CORE_READ(next, tgid) : 0;
-	ek_task_times_add(&hists, &key, next, delta, targ_ms ? 1000000 : 1000, targ_per_process);
+	hist = ek_map_lookup_or_init(&hists, &key, &zero_hist);
+	if (!hist)
+		return 0;
+	if (targ_per_process && !hist->comm[0])
+		BPF_CORE_READ_STR_INTO(&hist->comm, next, comm);
+	__sync_fetch_and_add(&hist->sum_ns, delta);
+	delta /= targ_ms ? 1000000 : 1000;
+	__sync_fetch_and_add(&hist->slots[ek_hist_slot(delta, RUNQLAT_SLOTS)], 1);
 	return 0;
 }
 

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from helpers import SPIN_SECONDS, Truth, spin_two_on_one_cpu, traced_while
+from helpers import SPIN_SECONDS, RunningTool, Truth, spin_two_on_one_cpu
 from outputs import logged
 
 pytestmark = [
@@ -26,7 +26,14 @@ pytestmark = [
 
 def traced(*args: str) -> tuple[list[Truth], str]:
     """The two spinners, traced by `ebpfkit ARGS`: (ground truth, the tool's stdout)."""
-    return traced_while(spin_two_on_one_cpu, *args)
+    tool = RunningTool(*args)
+    try:
+        truths = spin_two_on_one_cpu()
+        stdout = tool.stop()
+        assert tool.returncode == 0, tool.stderr
+        return truths, stdout
+    finally:
+        tool.kill()
 
 
 # --- each format, parsed to {pid: {(low, high): count}} --------------------------------------
