@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.vm(kernel=["6.1", "6.12"], lsm=True, timeout=1200), py
 SOURCES = {src.name: src for src in program_sources()}  # each tool keeps its own
 PROGRAMS = list(SOURCES)
 # the programs that read kernel structs (task_struct, file, inode, ...) through CO-RE
-READS_KERNEL_STRUCTS = ["runqlat.bpf.c", "iofsstat.bpf.c", "iotrace.bpf.c", "guard.bpf.c"]
+READS_KERNEL_STRUCTS = ["runqlat.bpf.c", "cpudist.bpf.c", "iofsstat.bpf.c", "iotrace.bpf.c", "guard.bpf.c"]
 GUARD_PINS = "/sys/fs/bpf/ebpfkit/guard"
 
 
