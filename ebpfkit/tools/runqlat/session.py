@@ -20,10 +20,11 @@ from dataclasses import dataclass
 
 from ...errors import ConfigError
 from ...histogram import Log2Histogram
-from ..config import ToolConfig, check_choice, check_exclusive, check_pid
+from ..config import check_choice, check_exclusive
 from ...sysinfo.cgroups import require_cgroup2
 from ...sysinfo.containers import CgroupPaths, cgroup_labels
 from ..session import ToolSession, choose_typed_or_raw, load_attached
+from ..task_times import TaskTimesConfig
 
 PROGRAM = os.path.join(os.path.dirname(__file__), "runqlat.bpf.c")
 TYPED_HOOK = "tp_btf sched_wakeup/sched_switch"
@@ -35,17 +36,16 @@ BY = ("cgroup", "container")  # Config.by: a histogram per cgroup, or per contai
 
 
 @dataclass(frozen=True)
-class Config(ToolConfig):
-    milliseconds: bool = False  # histogram buckets in ms (default µs)
-    per_process: bool = False   # one histogram per process
+class Config(TaskTimesConfig):
+    """milliseconds, per_process and pid (as cpudist's), and what else runqlat keys by."""
+
     per_thread: bool = False    # one histogram per thread
     per_pidns: bool = False     # one histogram per PID namespace
     by: str | None = None       # one histogram per "cgroup" (v2), or per "container" (or pod)
-    pid: int | None = None      # only this process (thread group)
     cgroup: str | None = None   # only tasks in this cgroup v2 directory or below it
 
     def validate(self) -> None:
-        check_pid("pid", self.pid)
+        super().validate()
         if self.by is not None:
             check_choice("by", self.by, BY)
         check_exclusive("per_thread", self.per_thread, per_process=self.per_process)
@@ -75,14 +75,9 @@ class Config(ToolConfig):
         return (KEY_TGID if self.per_process else KEY_TID if self.per_thread
                 else KEY_PIDNS if self.per_pidns else KEY_NONE)
 
-    @property
-    def unit(self) -> str:
-        return "msecs" if self.milliseconds else "usecs"
-
-    @property
-    def unit_ns(self) -> int:
-        """Nanoseconds in one ``unit``: a bucket's values are whole units (ns // unit_ns)."""
-        return 1_000_000 if self.milliseconds else 1000
+    def rodata(self) -> dict:
+        return {"targ_ms": self.milliseconds, "targ_key": self.key, "targ_tgid": self.pid or 0,
+                "targ_cgroup_id": self.cgroup_id}
 
 
 class Session(ToolSession):
@@ -94,8 +89,7 @@ class Session(ToolSession):
         self.config = config
         spec = compile_bpf(PROGRAM)
         self.hook = choose_typed_or_raw(spec, TYPED_HOOK, RAW_HOOK)
-        spec.rodata.update({"targ_ms": config.milliseconds, "targ_key": config.key,
-                            "targ_tgid": config.pid or 0, "targ_cgroup_id": config.cgroup_id})
+        spec.rodata.update(config.rodata())
         self._cgroups = CgroupPaths(require_cgroup2()) if config.by else None
         self._obj = load_attached(spec)
         self._hists = self._obj.maps["hists"]

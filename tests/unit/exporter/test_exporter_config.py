@@ -47,8 +47,8 @@ BAD = [
     # (file text, line, what the message says)
     ("sources:\n  - source: runqlat\n  - source: cpufreq\n", 3, "unknown source 'cpufreq' (known: runqlat"),
     ("sources:\n  - source: runqlat\n    per-cpu: true\n", 3,
-     "source runqlat: per_cpu: unknown setting; known ones: milliseconds, per_process, per_thread, per_pidns, by, "
-     "pid, cgroup"),
+     "source runqlat: per_cpu: unknown setting; known ones: milliseconds, per_process, pid, per_thread, per_pidns, "
+     "by, cgroup"),
     ("sources:\n  - source: runqlat\n\n    milliseconds: yes please\n", 4,
      "source runqlat: milliseconds: expected bool, got str 'yes please'"),
     ("sources:\n  - source: iofsstat\n    hook: kprobe\n", 3, "source iofsstat: hook: 'kprobe' is not one of auto"),

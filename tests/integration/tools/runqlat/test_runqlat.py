@@ -19,7 +19,7 @@ import time
 import pytest
 
 from helpers import (CPU, SPIN_SECONDS, SPINNER, RunningTool, Spinners, Truth, ek, same_config_error, schedstat,
-                     spin_two_on_one_cpu, wait_for)
+                     spin_two_on_one_cpu, traced_while, wait_for)
 from outputs import logged
 
 pytestmark = [
@@ -30,14 +30,7 @@ pytestmark = [
 
 def traced(*args: str) -> tuple[list[Truth], str]:
     """The two spinners, traced by `ebpfkit ARGS`: (ground truth, the tool's stdout)."""
-    tool = RunningTool(*args)
-    try:
-        truths = spin_two_on_one_cpu()
-        stdout = tool.stop()
-        assert tool.returncode == 0, tool.stderr
-        return truths, stdout
-    finally:
-        tool.kill()
+    return traced_while(spin_two_on_one_cpu, *args)
 
 
 # --- each format, parsed to {pid: {(low, high): count}} --------------------------------------
@@ -199,8 +192,8 @@ def test_a_bad_value_is_the_same_error_from_cli_yaml_and_notebook():
     assert f"'--pid': no process with PID {gone}" in cli.stderr and "Traceback" not in cli.stderr
     with pytest.raises(ConfigError, match="per_process: expected bool, got str 'yes'"):
         runqlat.Config.from_mapping({"per_process": "yes"})
-    with pytest.raises(ConfigError, match="unknown setting; known ones: milliseconds, per_process, per_thread, "
-                                          "per_pidns, by, pid, cgroup"):
+    with pytest.raises(ConfigError, match="unknown setting; known ones: milliseconds, per_process, pid, "
+                                          "per_thread, per_pidns, by, cgroup"):
         runqlat.Config.from_mapping({"interval": 1})
 
 
