@@ -148,16 +148,17 @@ def schedstat(pid: int) -> Truth:
 
 
 class Spinners:
-    """Two SPINNERs on CPU, waiting for ``go()``: then they wait for each other in its run
-    queue; ``done()`` is what the kernel accounted for each over its whole life (read once it
-    has exited and before it is reaped). ``close()`` reaps them."""
+    """``count`` SPINNERs on CPU (started with ``launch``, Popen's signature: a cgroup's
+    ``popen`` starts them in it), waiting for ``go()``: then they wait for each other (and for
+    any other spinners on CPU) in its run queue; ``done()`` is what the kernel accounted for
+    each over its whole life (read once it has exited and before it is reaped). ``close()``
+    reaps them."""
 
-    def __init__(self):
+    def __init__(self, count: int = 2, launch=subprocess.Popen):
         self.procs = []
         try:
-            for _ in range(2):
-                self.procs.append(subprocess.Popen([sys.executable, "-c", SPINNER], stdin=subprocess.PIPE,
-                                                   text=True))
+            for _ in range(count):
+                self.procs.append(launch([sys.executable, "-c", SPINNER], stdin=subprocess.PIPE, text=True))
         except BaseException:
             self.close()
             raise
@@ -315,15 +316,28 @@ class RunningTool:
             self.proc.communicate()
 
 
-def pinned_python(code: str, cpu: int):
+def traced_while(work, *args: str):
+    """`ebpfkit ARGS` tracing while ``work()`` runs, then ended with Ctrl-C (it must exit 0):
+    (what ``work()`` returned, the tool's stdout)."""
+    tool = RunningTool(*args)
+    try:
+        result = work()
+        stdout = tool.stop()
+        assert tool.returncode == 0, tool.stderr
+        return result, stdout
+    finally:
+        tool.kill()
+
+
+def pinned_python(code: str, cpu: int, **popen):
     """A Python child running ``code`` pinned to ``cpu`` from its exec on, its stdin a pipe
-    (for bytes that start or wake it)."""
+    (for bytes that start or wake it); ``popen``: more Popen arguments (``stdout=PIPE``)."""
     import os
     import subprocess
     import sys
 
     return subprocess.Popen([sys.executable, "-c", "import os, sys, time\n" + code], stdin=subprocess.PIPE,
-                            preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
+                            preexec_fn=lambda: os.sched_setaffinity(0, {cpu}), **popen)
 
 
 def spinner_code(seconds: float) -> str:

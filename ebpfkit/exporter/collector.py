@@ -98,17 +98,19 @@ class ExporterCollector:
         return []  # families are known only at scrape time; nothing to check at registration
 
     def collect(self):
+        """The families, one at a time: prometheus_client writes each before the next is
+        made, so a scrape of 10k series holds one metric's samples at once, not all."""
         with self.lock:
             started = time.perf_counter()
             for state in self.states:
                 state.scrape()
-            families = [_family(metric) for metric in self.table.metrics.values()]
-            families += self._self_metrics()
-            families += self._program_metrics()
-            families.append(GaugeMetricFamily("ebpfkit_exporter_scrape_duration_seconds",
-                                              "Time the exporter took to read every source.",
-                                              value=time.perf_counter() - started))
-        return families
+            took = time.perf_counter() - started
+            for metric in self.table.metrics.values():
+                yield _family(metric)
+            yield from self._self_metrics()
+            yield from self._program_metrics()
+            yield GaugeMetricFamily("ebpfkit_exporter_scrape_duration_seconds",
+                                    "Time the exporter took to read every source.", value=took)
 
     def _self_metrics(self) -> list:
         up = GaugeMetricFamily("ebpfkit_exporter_source_up", "1 if the source could be read at this scrape.",
@@ -152,15 +154,17 @@ class ExporterCollector:
 
 
 def _family(metric):
+    """A metric's series as a prometheus_client family (its label values are already in
+    ``labelnames`` order)."""
     names = list(metric.labelnames)
     if metric.kind == "histogram":
         family = HistogramMetricFamily(metric.name, metric.help, labels=names)
-        for labels, value in metric.items():
+        for labels, value in metric.visible():
             buckets = [(floatToGoString(le), count) for le, count in value.buckets()]
-            family.add_metric([labels[n] for n in names], buckets, sum_value=value.sum)
+            family.add_metric(list(labels), buckets, sum_value=value.sum)
         return family
     family_class = CounterMetricFamily if metric.kind == "counter" else GaugeMetricFamily
     family = family_class(metric.name, metric.help, labels=names)
-    for labels, value in metric.items():
-        family.add_metric([labels[n] for n in names], value)
+    for labels, value in metric.visible():
+        family.add_metric(list(labels), value)
     return family

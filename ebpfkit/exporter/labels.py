@@ -6,8 +6,9 @@ updated longest ago, and the metric's ``dropped`` count (exported as
 cgroups that no longer exist are dropped at each scrape (``drop_exited_cgroups``), so
 short-lived containers do not pile up. No pid label unless the configuration asks for one.
 
-Labels of a cgroup come from its path (``cgroup_labels``): the path itself, the container's
-short id and the Kubernetes pod UID, through sysinfo.containers.
+Labels of a cgroup come from its path (sysinfo.containers' ``cgroup_labels``, which
+runqlat's ``--by container`` groups by too): the path itself, the container's short id and
+the Kubernetes pod UID.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 DEFAULT_SERIES_LIMIT = 2000
-CGROUP_LABELS = ("cgroup", "container", "pod_uid")
 
 
 @dataclass
@@ -34,6 +34,7 @@ class Metric:
     limit: int = DEFAULT_SERIES_LIMIT
     series: OrderedDict = field(default_factory=OrderedDict)
     dropped: int = 0  # series evicted to stay within the limit
+    shown: set | None = None  # the series the exposition shows (None: every one), e.g. a top N
 
     def get(self, labels: tuple, factory: Callable[[], object]):
         """The value of ``labels`` (created with ``factory()`` if new), now the most recent."""
@@ -61,8 +62,16 @@ class Metric:
         for labels in [l for l in self.series if unwanted(dict(zip(self.labelnames, l)))]:
             del self.series[labels]
 
-    def items(self):
-        return [(dict(zip(self.labelnames, labels)), value) for labels, value in self.series.items()]
+    def remove(self, labels) -> None:
+        """Forget these series (label-value tuples; those already gone are skipped)."""
+        for key in labels:
+            self.series.pop(key, None)
+
+    def visible(self):
+        """(labels, value) of the series the exposition shows."""
+        if self.shown is None:
+            return self.series.items()
+        return [(labels, value) for labels, value in self.series.items() if labels in self.shown]
 
 
 @dataclass
@@ -104,18 +113,6 @@ class MetricTable:
         elif (known.kind, known.labelnames) != (kind, tuple(labelnames)):
             raise ValueError(f"metric {name} defined twice, differently")
         return known
-
-
-def cgroup_labels(path: str | None) -> dict[str, str]:
-    """``{"cgroup", "container", "pod_uid"}`` of the cgroup at ``path`` (relative to the
-    cgroup2 root); empty strings for what does not apply (Prometheus's "no label")."""
-    from ..sysinfo.containers import parse_container, pod_uid
-
-    if not path:
-        return dict.fromkeys(CGROUP_LABELS, "")
-    container = parse_container(path)
-    return {"cgroup": path, "container": container.short_id if container else "",
-            "pod_uid": (container.pod_uid if container else pod_uid(path)) or ""}
 
 
 def drop_exited_cgroups(metric: Metric, root: str | None) -> None:

@@ -4,20 +4,23 @@ tool), and at each scrape turns what the session samples into series of the Metr
 Sessions that drain their maps at each sample (runqlat, iofsstat) hand out deltas: the
 adapter keeps running totals, since a Prometheus counter or histogram is cumulative. Pinned
 programs another command attached (the xdp filter and load balancer, sockmap, the guard) keep
-their own totals: the adapter reads them, at each scrape, from their pins, and reports the
-source down (and forgets its series) while none is attached.
+their own totals: the adapter reads them, at each scrape, from their pins (``publish``), and
+reports the source down (and forgets its series) while none is attached.
 """
 
 from __future__ import annotations
 
-import os
+from collections import Counter
 from dataclasses import dataclass
 
 from ..errors import ConfigError
+from ..sysinfo.containers import CGROUP_LABELS, cgroup_labels
 from ..tools.config import ToolConfig
+from ..tools.hardirqs import session as hardirqs
 from ..tools.iofsstat import session as iofsstat
 from ..tools.runqlat import session as runqlat
-from .labels import CGROUP_LABELS, HistogramValue, MetricTable, cgroup_labels, drop_exited_cgroups
+from ..tools.softirqs import session as softirqs
+from .labels import HistogramValue, MetricTable, drop_exited_cgroups
 
 
 class Source:
@@ -27,11 +30,11 @@ class Source:
     kind = ""
     Options: type[ToolConfig] = ToolConfig
     retry = False  # try start() again at later scrapes (what it reads may appear later)
-    owned: tuple = ()  # the metrics whose series it sets from the kernel's totals (see forget)
 
     def __init__(self, options, table: MetricTable, pid_label: bool = False):
         self.options, self.table, self.pid_label = options, table, pid_label
         self.session = None
+        self.published: dict = {}  # metric name -> (metric, the label sets publish() last gave it)
 
     @property
     def name(self) -> str:
@@ -48,14 +51,22 @@ class Source:
         ids = getattr(self.session, "program_ids", None)
         return ids() if ids else {}
 
-    def mine(self, labels: dict) -> bool:
-        """Whether a series of an ``owned`` metric is this source's (two sources may share one)."""
-        return True
+    def publish(self, metric, values: dict) -> None:
+        """Make this source's series of ``metric`` exactly ``values`` (label values -> value):
+        totals the kernel keeps, read whole at each scrape. Series it set before and not now
+        (a rule deleted, a cgroup gone) are dropped; another source's series of the same
+        metric (a second xdp filter) are left alone."""
+        for labels, value in values.items():
+            metric.set(labels, value)
+        _, before = self.published.get(metric.name, (metric, ()))
+        metric.remove([labels for labels in before if labels not in values])
+        self.published[metric.name] = metric, values.keys()
 
     def forget(self) -> None:
-        """Drop this source's series of the kernel's totals: it went away, or is read again."""
-        for metric in self.owned:
-            metric.drop(self.mine)
+        """Drop every series publish() set: the source went down."""
+        for metric, labels in self.published.values():
+            metric.remove(labels)
+        self.published = {}
 
     def close(self) -> None:
         if self.session is not None:
@@ -69,31 +80,105 @@ class Source:
 class RunqlatOptions(runqlat.Config):
     def validate(self) -> None:
         super().validate()
-        if self.per_process:
-            raise ConfigError("per_process", "not exported: a series per process is what the exporter's "
-                                             "bounded labels avoid; use 'pid' to watch one process")
+        for field in ("per_process", "per_thread"):
+            if getattr(self, field):
+                raise ConfigError(field, "not exported: a series per process or thread is what the exporter's "
+                                         "bounded labels avoid; use 'pid' to watch one process")
+        if self.per_pidns:
+            raise ConfigError("per_pidns", "not exported; 'by: cgroup' gives a series per cgroup, with its "
+                                           "container and pod")
+        if self.by == "container":
+            raise ConfigError("by", "not exported: use 'by: cgroup', whose series carry the container and "
+                                    "pod_uid labels (sum by container in PromQL)")
 
 
 class RunqlatSource(Source):
     """Run-queue latency as a Prometheus histogram in seconds. runqlat's log2 slot i counts
     waits of [2^i, 2^(i+1)) units (slot 0: [0, 2)), so its ``le`` bound is 2^(i+1) units; the
     last slot also holds every longer wait, so it is only under +Inf. ``_sum`` is exact: the
-    BPF program adds each wait's nanoseconds to the map next to the slots."""
+    BPF program adds each wait's nanoseconds to the map next to the slots. With ``by: cgroup``,
+    a histogram per cgroup (cgroup, container, pod_uid labels); those of cgroups that are
+    gone are dropped."""
 
     kind = "runqlat"
     Options = RunqlatOptions
 
     def start(self) -> None:
+        from ..sysinfo.cgroups import cgroup2_mount
+
         self.session = runqlat.open(self.options)
+        self.root = cgroup2_mount()
         self.latency = self.table.metric(
             "ebpfkit_runqueue_latency_seconds", "histogram",
-            "Time from a task becoming runnable until it runs on a CPU (runqlat).")
+            "Time from a task becoming runnable until it runs on a CPU (runqlat).",
+            CGROUP_LABELS if self.options.by else ())
 
     def collect(self) -> None:
         unit = self.options.unit_ns / 1e9
-        for hist in self.session.sample():
-            value = self.latency.get((), lambda: HistogramValue([0] * runqlat.SLOTS, unit))
+        for key, hist in self.session.sample_keyed().items():
+            if self.options.by and key is None:
+                continue  # cgroups removed since: their series would be dropped at once
+            labels = tuple(cgroup_labels(key).values()) if self.options.by else ()
+            value = self.latency.get(labels, lambda: HistogramValue([0] * runqlat.SLOTS, unit))
             value.add(hist.counts, (hist.sum or 0) * unit)
+        if self.options.by:
+            drop_exited_cgroups(self.latency, self.root)
+
+
+# --- hardirqs and softirqs ------------------------------------------------------------------
+
+class _HandlerSource(Source):
+    """Runs of each IRQ handler (hardirqs) or softirq vector (softirqs) and the time spent in
+    them; with ``dist`` also a histogram of each run's time (``_sum`` exact: the program adds
+    every run's nanoseconds), with ``per_cpu`` a ``cpu`` label. The tool's session drains its
+    map at each sample: the running totals are kept here."""
+
+    TOOL = None   # the tool's session module
+    PREFIX = ""   # the metrics' names start with it
+    WHAT = ""     # what a key is, for the help texts
+    KEY: tuple[str, ...] = ()  # the labels naming a key
+
+    def start(self) -> None:
+        self.session = self.TOOL.open(self.options)
+        labels = (*self.KEY, *(("cpu",) if self.options.per_cpu else ()))
+        self.runs = self.table.metric(f"{self.PREFIX}_runs_total", "counter",
+                                      f"Runs of each {self.WHAT} ({self.kind}).", labels)
+        self.seconds = None if self.options.counts_only else self.table.metric(
+            f"{self.PREFIX}_seconds_total", "counter", f"Time spent in each {self.WHAT} ({self.kind}).", labels)
+        self.durations = None if not self.options.dist else self.table.metric(
+            f"{self.PREFIX}_duration_seconds", "histogram", f"Time of each run of a {self.WHAT} ({self.kind}).",
+            labels)
+
+    def collect(self) -> None:
+        unit = 1e-9 if self.options.nanoseconds else 1e-6
+        for stat in self.session.sample():
+            key = (*self._key(stat), *((str(stat.cpu),) if self.options.per_cpu else ()))
+            self.runs.add(key, stat.count)
+            if self.seconds is not None:
+                self.seconds.add(key, stat.total_ns / 1e9)
+            if self.durations is not None:
+                counts = stat.histogram.counts
+                value = self.durations.get(key, lambda: HistogramValue([0] * len(counts), unit))
+                value.add(counts, stat.total_ns / 1e9)
+
+    def _key(self, stat) -> tuple[str, ...]:
+        raise NotImplementedError
+
+
+class HardirqsSource(_HandlerSource):
+    kind, TOOL, Options = "hardirqs", hardirqs, hardirqs.Config
+    PREFIX, WHAT, KEY = "ebpfkit_hardirq", "IRQ handler", ("irq", "handler")
+
+    def _key(self, stat) -> tuple[str, ...]:
+        return str(stat.irq), stat.name
+
+
+class SoftirqsSource(_HandlerSource):
+    kind, TOOL, Options = "softirqs", softirqs, softirqs.Config
+    PREFIX, WHAT, KEY = "ebpfkit_softirq", "softirq vector", ("vector",)
+
+    def _key(self, stat) -> tuple[str, ...]:
+        return (stat.name,)
 
 
 # --- iofsstat --------------------------------------------------------------------------------
@@ -108,12 +193,25 @@ _BLOCK_COUNTERS = (("reads", "ebpfkit_block_reads_total", "block IO reads queued
                    ("write_bytes", "ebpfkit_block_written_bytes_total", "bytes of block IO writes queued"))
 
 
+@dataclass(frozen=True)
+class IofsstatOptions(iofsstat.Config):
+    top: int | None = None  # show only the N series (command, cgroup) that moved the most bytes
+
+    def validate(self) -> None:
+        super().validate()
+        if self.top is not None and self.top < 1:
+            raise ConfigError("top", f"must be at least 1, got {self.top}")
+
+
 class IofsstatSource(Source):
     """File IO (calls, bytes) and block IO per command and cgroup, with the container and
-    pod the cgroup belongs to. Series of cgroups that are gone are dropped."""
+    pod the cgroup belongs to. Series of cgroups that are gone are dropped. With ``top``,
+    only the N series that read and wrote the most bytes since the exporter started are
+    shown (file and block IO each); the others keep counting, and show up, with their
+    whole total, if they overtake one of those."""
 
     kind = "iofsstat"
-    Options = iofsstat.Config
+    Options = IofsstatOptions
 
     def start(self) -> None:
         from ..sysinfo.containers import CgroupPaths
@@ -134,6 +232,18 @@ class IofsstatSource(Source):
         self._count(interval.disk_processes, self.blocks, "disk")
         for _, metric in self.files + self.blocks:
             drop_exited_cgroups(metric, self.cgroups.root)
+        if self.options.top:
+            self._show_top(self.files)
+            self._show_top(self.blocks)
+
+    def _show_top(self, metrics) -> None:
+        by_field = dict(metrics)
+        moved: Counter = Counter()
+        for field in ("read_bytes", "write_bytes"):
+            moved.update(by_field[field].series)
+        shown = {labels for labels, _ in moved.most_common(self.options.top)}
+        for _, metric in metrics:
+            metric.shown = shown
 
     def _count(self, rows, metrics, *extra: str) -> None:
         for row in rows:
@@ -158,7 +268,8 @@ class XdpOptions(ToolConfig):
 
 class _PinnedXdp(Source):
     """Counters of an XDP program another command attached, read from its pins at each
-    scrape (opened and closed each time, so a detach or a new attach is seen at once)."""
+    scrape. The session stays open while that program runs (a large filter's rules are
+    decoded once, not at every scrape); a detach or a new attach is seen at the next scrape."""
 
     Options = XdpOptions
     retry = True
@@ -189,30 +300,29 @@ class _PinnedXdp(Source):
             ("totals", "bytes"): self.table.metric(f"{prefix}_bytes_total", "counter",
                                                    "Bytes by outcome (xdp).", (*where, "counter")),
         }
-        self.owned = tuple(self.by_field.values())
+        self.known_labels: dict[str, dict] = {}  # part -> {item name: its label values}
         self.session = self.attached()  # NotAttachedError: reported, tried again next scrape
 
     def collect(self) -> None:
+        if self.session is not None and not self.session.current():
+            self.close()  # detached, or another program attached since: open that one
         if self.session is None:
             self.session = self.attached()
-        try:
-            doc = self.session.sample()
-        finally:
-            self.close()  # the next scrape opens the pins again
-        where = (self.options.iface, self.options.netns or "")
-        self.forget()  # rules and backends removed since are gone with their series
+        doc = self.session.sample()
+        rows = {"items": doc[self.ITEMS], "totals": doc["totals"]}
+        names = {"items": [str(row[self.ITEM_LABEL]) for row in rows["items"]],
+                 "totals": [row["counter"] for row in rows["totals"]]}
         for (part, field), metric in self.by_field.items():
-            rows = doc[self.ITEMS] if part == "items" else doc["totals"]
-            for row in rows:
-                name = str(row[self.ITEM_LABEL]) if part == "items" else row["counter"]
-                metric.set((*where, name), row[field])
+            keys = self._labels(part, names[part])
+            self.publish(metric, {key: row[field] for key, row in zip(keys, rows[part])})
 
-    def program_ids(self) -> dict[str, int]:
-        with self.attached() as session:
-            return session.program_ids()
-
-    def mine(self, labels: dict) -> bool:
-        return (labels["iface"], labels["netns"]) == (self.options.iface, self.options.netns or "")
+    def _labels(self, part: str, names: list[str]) -> list[tuple]:
+        """The label values of the series of these items: the same tuples from one scrape
+        to the next (10k series then keep one copy, not one per metric and per scrape)."""
+        where = (self.options.iface, self.options.netns or "")
+        known = self.known_labels.get(part, {})
+        fresh = self.known_labels[part] = {name: known.get(name) or (*where, name) for name in names}
+        return [fresh[name] for name in names]
 
 
 class XdpFilterSource(_PinnedXdp):
@@ -263,8 +373,6 @@ class SockmapSource(Source):
         self.counters = _counters(self.table, "ebpfkit_sockmap", _SOCKMAP_COUNTERS, CGROUP_LABELS)
         self.sockets = self.table.metric("ebpfkit_sockmap_sockets", "gauge",
                                          "Sockets in the map now (sockmap).", CGROUP_LABELS)
-        self.owned = (*self.counters.values(), self.sockets)
-        self.where = self.options.cgroup and self._relative(self.options.cgroup)
 
     def collect(self) -> None:
         from ..tools.sockmap import session
@@ -272,21 +380,14 @@ class SockmapSource(Source):
         samplers = (session.attached_all() if self.options.cgroup is None
                     else [session.attached(self.options.cgroup)])
         self.cgroups.refresh()
-        self.forget()
+        values: dict = {field: {} for field in (*self.counters, "sockets")}
         for sampler in samplers:
             record = sampler.sample()
             key = tuple(cgroup_labels(self.cgroups.path(record["cgroup_id"]) or record["cgroup"]).values())
-            for field, metric in self.counters.items():
-                metric.set(key, record[field])
-            self.sockets.set(key, record["sockets"])
-
-    def mine(self, labels: dict) -> bool:
-        return self.where is None or labels["cgroup"] == self.where
-
-    def _relative(self, directory: str) -> str:
-        """A cgroup directory as the labels name it: its path under the cgroup2 mount."""
-        rel = os.path.relpath(os.path.realpath(directory), self.cgroups.root or "/")
-        return "/" if rel == "." else "/" + rel
+            for field, by_key in values.items():
+                by_key[key] = record[field]
+        for field, metric in (*self.counters.items(), ("sockets", self.sockets)):
+            self.publish(metric, values[field])
 
 
 @dataclass(frozen=True)
@@ -311,14 +412,14 @@ class GuardSource(Source):
             ("audited", "audited_total", "Operations the guard would deny (audit mode)."),
             ("lost", "events_lost_total", "Violation log events lost (the ring buffer was full)."),
         ))
-        self.owned = tuple(self.counters.values())
         self.session = session.attached()
 
     def collect(self) -> None:
         record = self.session.sample()
         for field, metric in self.counters.items():
-            metric.set((), record[field])
+            self.publish(metric, {(): record[field]})
 
 
-SOURCES: dict[str, type[Source]] = {s.kind: s for s in (RunqlatSource, IofsstatSource, XdpFilterSource,
-                                                         XdpLbSource, SockmapSource, GuardSource)}
+SOURCES: dict[str, type[Source]] = {s.kind: s for s in (RunqlatSource, HardirqsSource, SoftirqsSource,
+                                                         IofsstatSource, XdpFilterSource, XdpLbSource,
+                                                         SockmapSource, GuardSource)}

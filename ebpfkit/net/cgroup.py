@@ -52,11 +52,12 @@ def remove_cgroup(path: str, timeout: float = 5.0) -> None:
 
 class ChildCgroup:
     """``<cgroup2>/ebpfkit-<purpose>-<pid>``, created on enter and removed (after moving any
-    processes back to the parent) on exit."""
+    processes back to the parent) on exit. Below another child, ``name`` may be any (a
+    container engine's, say)."""
 
-    def __init__(self, purpose: str = "test", parent: str | None = None):
+    def __init__(self, purpose: str = "test", parent: str | None = None, name: str | None = None):
         self.parent = parent or require_cgroup2()
-        self.name = f"ebpfkit-{purpose}-{os.getpid()}"
+        self.name = name or f"ebpfkit-{purpose}-{os.getpid()}"
         self.path = os.path.join(self.parent, self.name)
         self.created = False
 

@@ -4,6 +4,9 @@ A namespace is entered per *thread* (setns(2) with CLONE_NEWNET affects only the
 thread), so code that must run "inside" one - attaching XDP/tc by ifindex, opening sockets -
 runs in a short-lived worker thread: ``in_netns(name, fn, *args)``. Sockets created there stay
 in that namespace after the thread ends, so they can be used from any thread afterwards.
+
+pyroute2 is imported on first use: it weighs about 15 MiB of RSS, which a process that only
+names a namespace (the exporter reading pinned maps) should not carry.
 """
 
 from __future__ import annotations
@@ -13,13 +16,14 @@ import itertools
 import os
 import re
 import threading
-
-from pyroute2 import IPRoute
-from pyroute2 import netns as _pr_netns
+from typing import TYPE_CHECKING
 
 from ..errors import EbpfkitError
 
-NETNS_DIR = _pr_netns.NETNS_RUN_DIR  # where `ip netns` and pyroute2 name namespaces
+if TYPE_CHECKING:
+    from pyroute2 import IPRoute
+
+NETNS_DIR = "/var/run/netns"  # where `ip netns` and pyroute2 (its NETNS_RUN_DIR) name namespaces
 THREAD_NETNS = "/proc/thread-self/ns/net"  # the calling thread's namespace (setns is per thread)
 
 _counter = itertools.count()
@@ -39,8 +43,20 @@ def unique_name(purpose: str = "test") -> str:
     return f"ebpfkit-{purpose}-{os.getpid()}-{n}"
 
 
+def _pr_netns():
+    from pyroute2 import netns
+
+    return netns
+
+
+def _iproute(**kwargs) -> IPRoute:
+    from pyroute2 import IPRoute
+
+    return IPRoute(**kwargs)
+
+
 def list_netns() -> list[str]:
-    return sorted(_pr_netns.listnetns())
+    return sorted(_pr_netns().listnetns())
 
 
 def reap_orphans(purpose: str) -> list[str]:
@@ -52,7 +68,7 @@ def reap_orphans(purpose: str) -> list[str]:
         m = pattern.fullmatch(name)
         if m and not os.path.exists(f"/proc/{m[1]}"):
             with contextlib.suppress(OSError):
-                _pr_netns.remove(name)
+                _pr_netns().remove(name)
                 reaped.append(name)
     return reaped
 
@@ -66,10 +82,10 @@ def iproute(netns: str | None = None) -> IPRoute:
     """An IPRoute in namespace ``netns`` (None: the caller's); NoSuchNetnsError if there is
     no such namespace (it is never created implicitly)."""
     if netns is None:
-        return IPRoute()
+        return _iproute()
     if not os.path.exists(netns_path(netns)):
         raise NoSuchNetnsError(f"no network namespace '{netns}' (see `ip netns list`)")
-    return IPRoute(netns=netns, flags=0)
+    return _iproute(netns=netns, flags=0)
 
 
 def netns_label() -> str | None:
@@ -96,7 +112,7 @@ def in_netns(name: str, fn, *args, **kwargs):
 
     def worker():
         try:
-            _pr_netns.setns(path, flags=0)  # this thread only; flags=0: never create it
+            _pr_netns().setns(path, flags=0)  # this thread only; flags=0: never create it
             box["result"] = fn(*args, **kwargs)
         except BaseException as exc:  # handed back to the caller
             box["error"] = exc
@@ -139,7 +155,7 @@ class NetNS:
         return netns_path(self.name)
 
     def create(self) -> "NetNS":
-        _pr_netns.create(self.name)
+        _pr_netns().create(self.name)
         self.created = True
         try:
             with self.iproute() as ipr:
@@ -153,7 +169,7 @@ class NetNS:
 
     def iproute(self) -> IPRoute:
         """An IPRoute whose netlink socket lives in this namespace (close it, or use ``with``)."""
-        return IPRoute(netns=self.name, flags=0)  # flags=0: never create it implicitly
+        return _iproute(netns=self.name, flags=0)  # flags=0: never create it implicitly
 
     def run(self, fn, *args, **kwargs):
         return in_netns(self.name, fn, *args, **kwargs)
@@ -163,7 +179,7 @@ class NetNS:
         if self.created:
             self.created = False
             if os.path.exists(self.path):
-                _pr_netns.remove(self.name)
+                _pr_netns().remove(self.name)
 
     def __enter__(self) -> "NetNS":
         return self.create()

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from pyroute2 import IPRoute
+from .netns import NetNS, iproute
 
-from .netns import NetNS
+if TYPE_CHECKING:
+    from pyroute2 import IPRoute
 
 
 @dataclass(frozen=True)
@@ -30,7 +32,7 @@ def _ns_name(ns) -> str:
 
 
 def _open(ns: str) -> IPRoute:
-    return IPRoute(netns=ns, flags=0)
+    return iproute(ns)
 
 
 def create_veth(netns, peer_netns=None, names=("ek0", "ek1"),

@@ -29,6 +29,32 @@ def require_cgroup2() -> str:
     return point
 
 
+class NotCgroup2Error(ValueError):
+    """A path that is not a cgroup v2 directory; ``hint`` says where those are."""
+
+    def __init__(self, message: str, hint: str):
+        super().__init__(message)
+        self.hint = hint
+
+
+def cgroup2_directory(path: str) -> tuple[str, int]:
+    """(real path, cgroup id) of the cgroup v2 directory ``path``; NotCgroup2Error saying why
+    it is not one (missing, a file, on a cgroup v1 hierarchy or another filesystem)."""
+    where = f"use a directory under {cgroup2_mount() or f'(none mounted: {CGROUP2_HINT})'}"
+    real = os.path.realpath(path)
+    if not os.path.exists(real):
+        raise NotCgroup2Error(f"cgroup {path} does not exist", where.replace("use a directory", "create it (mkdir)"))
+    if not os.path.isdir(real):
+        raise NotCgroup2Error(f"{path} is not a cgroup directory", where)
+    mount = MountTable().containing(real)
+    point, fstype = (mount.point, mount.fstype) if mount else ("", "")
+    if fstype == "cgroup":
+        raise NotCgroup2Error(f"{path} is on a cgroup v1 hierarchy ({point}), not cgroup v2", where)
+    if fstype != "cgroup2":
+        raise NotCgroup2Error(f"{path} is not a cgroup v2 directory (it is on {fstype or 'no'} filesystem)", where)
+    return real, cgroup_id(real)
+
+
 def cgroup_id(path: str) -> int:
     """The id of the cgroup v2 directory ``path``."""
     return os.stat(path).st_ino

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from .cgroups import cgroup2_mount, walk_cgroups
 
 SHORT_ID = 12  # as `docker ps` shows ids
+CGROUP_LABELS = ("cgroup", "container", "pod_uid")  # what cgroup_labels() says of a cgroup
 
 _ID_COMPONENT = re.compile(r"^(?:(?P<prefix>[a-z][a-z0-9_-]*?)-)?(?P<id>[0-9a-f]{64})(?:\.scope)?$")
 _RUNTIMES = {"docker": "docker", "cri-containerd": "containerd", "containerd": "containerd",
@@ -77,6 +78,17 @@ def pod_uid(cgroup_path: str) -> str | None:
         if m:
             return m.group("uid").replace("_", "-")
     return None
+
+
+def cgroup_labels(path: str | None) -> dict[str, str]:
+    """``{"cgroup", "container", "pod_uid"}`` of the cgroup at ``path`` (relative to the
+    cgroup2 root): the path, the short id of the container it is (or is in), the UID of its
+    Kubernetes pod; empty strings for what does not apply (Prometheus's "no label")."""
+    if not path:
+        return dict.fromkeys(CGROUP_LABELS, "")
+    container = parse_container(path)
+    return {"cgroup": path, "container": container.short_id if container else "",
+            "pod_uid": (container.pod_uid if container else pod_uid(path)) or ""}
 
 
 def _bare_runtime(ancestors: list[str]) -> str:

@@ -30,7 +30,8 @@ pytestmark = [pytest.mark.vm(kernel=["6.1", "6.12"], lsm=True, timeout=1200), py
 SOURCES = {src.name: src for src in program_sources()}  # each tool keeps its own
 PROGRAMS = list(SOURCES)
 # the programs that read kernel structs (task_struct, file, inode, ...) through CO-RE
-READS_KERNEL_STRUCTS = ["runqlat.bpf.c", "iofsstat.bpf.c", "iotrace.bpf.c", "guard.bpf.c", "offcputime.bpf.c"]
+READS_KERNEL_STRUCTS = ["runqlat.bpf.c", "cpudist.bpf.c", "offcputime.bpf.c", "iofsstat.bpf.c", "iotrace.bpf.c",
+                        "guard.bpf.c"]
 GUARD_PINS = "/sys/fs/bpf/ebpfkit/guard"
 
 
@@ -84,27 +85,38 @@ def test_the_objects_kernel_structs_have_other_layouts_here(program):
     print(f"{program} on {os.uname().release}: (host size, this kernel's) {differ}")
 
 
-def test_runqlat_counts_the_wakeups_of_a_process(every_program):
-    """A process that sleeps 2 ms 100 times is woken and run (nearly) 100 times; only it is counted."""
-    child = subprocess.Popen([sys.executable, "-c", "import sys, time\nsys.stdin.read(1)\n"
-                              "for _ in range(100): time.sleep(0.002)\n"], stdin=subprocess.PIPE)
+@pytest.mark.parametrize("grouping", ["per_process", "by_cgroup", "per_pidns"])
+def test_runqlat_counts_the_wakeups_of_a_process(grouping, child_cgroup):
+    """A process that sleeps 2 ms 100 times is woken and run (nearly) 100 times; only it is
+    counted, kept per process (with its comm), per cgroup (the -c filter and the key read
+    through task->cgroups with CO-RE, for a task woken from a timer, not by itself) or per
+    PID namespace (task->thread_pid's numbers[level], with CO-RE)."""
+    from ebpfkit.sysinfo.cgroups import cgroup2_mount
+    from ebpfkit.tools import runqlat
+
+    child = child_cgroup.popen([sys.executable, "-c", "import sys, time\nsys.stdin.read(1)\n"
+                                "for _ in range(100): time.sleep(0.002)\n"], stdin=subprocess.PIPE)
     try:
-        spec = from_prebuilt("runqlat.bpf.c")
-        spec.rodata.update({"targ_per_process": True, "targ_tgid": child.pid})
-        for prog in spec.programs.values():  # the tp_btf programs, as the tool takes on a BTF kernel
-            prog.autoload = prog.section.startswith("tp_btf/")
-        obj, links, _ = every_program(spec)
-        assert len(links) == 3
-        child.communicate(b"x", timeout=300)
-        assert child.returncode == 0
-        hist = obj.maps["hists"][child.pid]
-        with open(f"/proc/{os.getpid()}/comm") as f:
-            comm = f.read().strip()  # the child is this interpreter: the same name
-        assert hist.comm == comm, hist
+        settings, key = {
+            "per_process": ({"per_process": True, "pid": child.pid}, child.pid),
+            "by_cgroup": ({"by": "cgroup", "cgroup": child_cgroup.path},
+                          "/" + os.path.relpath(child_cgroup.path, cgroup2_mount())),
+            "per_pidns": ({"per_pidns": True, "pid": child.pid},
+                          int(os.readlink(f"/proc/{child.pid}/ns/pid").split("[")[1].rstrip("]"))),
+        }[grouping]
+        with runqlat.open(**settings) as session:
+            assert session.hook == runqlat.session.TYPED_HOOK  # the kernel's own BTF: tp_btf
+            child.communicate(b"x", timeout=300)
+            assert child.returncode == 0
+            keyed = session.sample_keyed()
+        assert set(keyed) == {key}, keyed  # nobody else's latencies
+        if grouping == "per_process":
+            with open(f"/proc/{os.getpid()}/comm") as f:
+                comm = f.read().strip()  # the child is this interpreter: the same name
+            assert keyed[key].label == f"pid = {child.pid} {comm}"
         # each sleep ends in a wakeup then a switch in; a timer may fire before the switch
         # out completes (no wait to measure), so a few can go uncounted
-        assert sum(hist.slots) >= 90, hist.slots
-        assert set(obj.maps["hists"].keys()) == {child.pid}  # nobody else's latencies
+        assert keyed[key].total >= 90, keyed[key].counts
     finally:
         if child.poll() is None:
             child.kill()

@@ -28,4 +28,43 @@ static __always_inline bool ek_task_selected(struct task_struct *t, __u32 tgid, 
 	return BPF_CORE_READ(t, pid) != 0;
 }
 
+/* The id of the task's cgroup v2 (what bpf_get_current_cgroup_id() gives for current):
+ * its directory's inode number. For a task that is not current (a woken one). */
+static __always_inline __u64 ek_task_cgroup_id(struct task_struct *t)
+{
+	return BPF_CORE_READ(t, cgroups, dfl_cgrp, kn, id);
+}
+
+/* Cgroups nested deeper than this under the one looked for are not seen as under it. */
+#define EK_CGROUP_MAX_DEPTH 32
+
+/* Whether the task's cgroup v2 is the one with id `id` or lies below it (walking up the
+ * parents: unlike an ancestors[level] lookup, this needs no level, which depends on where
+ * the caller's cgroup namespace puts the root). */
+static __always_inline bool ek_task_under_cgroup(struct task_struct *t, __u64 id)
+{
+	struct cgroup *cgrp = BPF_CORE_READ(t, cgroups, dfl_cgrp);
+
+	for (int depth = 0; depth < EK_CGROUP_MAX_DEPTH && cgrp; depth++) {
+		if (BPF_CORE_READ(cgrp, kn, id) == id)
+			return true;
+		cgrp = BPF_CORE_READ(cgrp, self.parent, cgroup);
+	}
+	return false;
+}
+
+/* The inode number of the task's PID namespace (what /proc/PID/ns/pid names): the
+ * namespace its pid was allocated in last, pid->numbers[pid->level].ns, as the kernel's
+ * task_active_pid_ns() finds it. */
+static __always_inline __u32 ek_task_pidns(struct task_struct *t)
+{
+	struct pid *pid = BPF_CORE_READ(t, thread_pid);
+	unsigned int level = BPF_CORE_READ(pid, level);
+	struct upid upid;
+
+	if (bpf_core_read(&upid, sizeof(upid), &pid->numbers[level]))
+		return 0;
+	return BPF_CORE_READ(upid.ns, ns.inum);
+}
+
 #endif /* __EK_TASK_H */

@@ -9,9 +9,10 @@
 #include "ek_task.h"
 #include "runqlat.h"
 
-const volatile bool targ_per_process = false; /* one histogram per tgid */
+const volatile __u32 targ_key = RUNQLAT_KEY_NONE; /* what a histogram is kept per */
 const volatile bool targ_ms = false;
-const volatile __u32 targ_tgid = 0; /* 0: every process */
+const volatile __u32 targ_tgid = 0;      /* 0: every process */
+const volatile __u64 targ_cgroup_id = 0; /* 0: every cgroup; else only tasks in it or below */
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -23,36 +24,51 @@ struct {
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 10240);
-	__type(key, __u32); /* tgid, or 0 for the single histogram */
+	__type(key, __u64); /* as targ_key says: tgid, tid, pidns, cgroup id; 0 for one histogram */
 	__type(value, struct runqlat_hist);
 } hists SEC(".maps");
 
 static struct runqlat_hist zero_hist;
 
-static __always_inline int enqueued(__u32 tgid, __u32 tid)
+/* The task became runnable: note when, if it is one to trace. Called for the woken task
+ * in the waker's context, so the filters read the task's own fields, never current's. */
+static __always_inline int enqueued(struct task_struct *p)
 {
+	__u32 tid = BPF_CORE_READ(p, pid);
 	__u64 now;
 
-	if (!tid || (targ_tgid && targ_tgid != tgid))
+	if (!tid || (targ_tgid && targ_tgid != BPF_CORE_READ(p, tgid)))
+		return 0;
+	if (targ_cgroup_id && !ek_task_under_cgroup(p, targ_cgroup_id))
 		return 0;
 	now = bpf_ktime_get_ns();
 	bpf_map_update_elem(&start, &tid, &now, BPF_ANY);
 	return 0;
 }
 
-static __always_inline int woken(struct task_struct *p)
+static __always_inline __u64 hist_key(struct task_struct *t)
 {
-	return enqueued(BPF_CORE_READ(p, tgid), BPF_CORE_READ(p, pid));
+	switch (targ_key) {
+	case RUNQLAT_KEY_TGID:
+		return BPF_CORE_READ(t, tgid);
+	case RUNQLAT_KEY_TID:
+		return BPF_CORE_READ(t, pid);
+	case RUNQLAT_KEY_PIDNS:
+		return ek_task_pidns(t);
+	case RUNQLAT_KEY_CGROUP:
+		return ek_task_cgroup_id(t);
+	}
+	return 0;
 }
 
 static __always_inline int switched(struct task_struct *prev, struct task_struct *next)
 {
 	struct runqlat_hist *hist;
-	__u32 tid, key;
-	__u64 *since, delta;
+	__u32 tid;
+	__u64 *since, delta, key;
 
 	if (ek_task_state(prev) == EK_TASK_RUNNING)
-		enqueued(BPF_CORE_READ(prev, tgid), BPF_CORE_READ(prev, pid));
+		enqueued(prev);
 
 	tid = BPF_CORE_READ(next, pid);
 	since = bpf_map_lookup_elem(&start, &tid);
@@ -63,11 +79,11 @@ static __always_inline int switched(struct task_struct *prev, struct task_struct
 	if ((__s64)delta < 0)
 		return 0;
 
-	key = targ_per_process ? BPF_CORE_READ(next, tgid) : 0;
+	key = hist_key(next);
 	hist = ek_map_lookup_or_init(&hists, &key, &zero_hist);
 	if (!hist)
 		return 0;
-	if (targ_per_process && !hist->comm[0])
+	if ((targ_key == RUNQLAT_KEY_TGID || targ_key == RUNQLAT_KEY_TID) && !hist->comm[0])
 		BPF_CORE_READ_STR_INTO(&hist->comm, next, comm);
 	__sync_fetch_and_add(&hist->sum_ns, delta);
 	delta /= targ_ms ? 1000000 : 1000;
@@ -81,12 +97,12 @@ static __always_inline int switched(struct task_struct *prev, struct task_struct
 	SEC(#kind "/sched_wakeup")                                                                \
 	int BPF_PROG(runqlat_wakeup##suffix, struct task_struct *p)                               \
 	{                                                                                         \
-		return woken(p);                                                                  \
+		return enqueued(p);                                                               \
 	}                                                                                         \
 	SEC(#kind "/sched_wakeup_new")                                                            \
 	int BPF_PROG(runqlat_wakeup_new##suffix, struct task_struct *p)                           \
 	{                                                                                         \
-		return woken(p);                                                                  \
+		return enqueued(p);                                                               \
 	}                                                                                         \
 	SEC(#kind "/sched_switch")                                                                \
 	int BPF_PROG(runqlat_switch##suffix, bool preempt, struct task_struct *prev,              \

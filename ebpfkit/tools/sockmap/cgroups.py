@@ -3,11 +3,8 @@ and the privileges to attach there. Both fail as usage errors (exit 2)."""
 
 from __future__ import annotations
 
-import os
-
 from ...errors import EbpfkitError
-from ...sysinfo.cgroups import CGROUP2_HINT, cgroup2_mount, cgroup_id, require_cgroup2
-from ...sysinfo.mounts import MountTable
+from ...sysinfo.cgroups import NotCgroup2Error, cgroup2_directory, require_cgroup2
 
 CAP_NET_ADMIN, CAP_SYS_ADMIN, CAP_BPF = 12, 21, 39
 
@@ -20,28 +17,10 @@ class SockmapUsageError(EbpfkitError):
 
 def resolve_cgroup(path: str | None) -> tuple[str, int]:
     """(real path, cgroup id) of a cgroup v2 directory; ``None`` means the v2 root."""
-    if path is None:
-        path = require_cgroup2()
-    real = os.path.realpath(path)
-    if not os.path.exists(real):
-        raise SockmapUsageError(f"cgroup {path} does not exist",
-                                hint=f"create it (mkdir) under the cgroup v2 mount {_v2_or_none()}")
-    if not os.path.isdir(real):
-        raise SockmapUsageError(f"{path} is not a cgroup directory")
-    mount = MountTable().containing(real)
-    point, fstype = (mount.point, mount.fstype) if mount else ("", "")
-    if fstype == "cgroup":
-        raise SockmapUsageError(
-            f"{path} is on a cgroup v1 hierarchy ({point}); sockops programs attach only to cgroup v2",
-            hint=f"use a directory under {_v2_or_none()}")
-    if fstype != "cgroup2":
-        raise SockmapUsageError(f"{path} is not a cgroup v2 directory (it is on {fstype or 'no'} filesystem)",
-                                hint=f"use a directory under {_v2_or_none()}")
-    return real, cgroup_id(real)
-
-
-def _v2_or_none() -> str:
-    return cgroup2_mount() or f"(none mounted: {CGROUP2_HINT})"
+    try:
+        return cgroup2_directory(require_cgroup2() if path is None else path)
+    except NotCgroup2Error as exc:
+        raise SockmapUsageError(str(exc), hint=exc.hint) from None
 
 
 def effective_caps() -> int:

@@ -80,6 +80,11 @@ def attached_prog_id(iface: Iface) -> int | None:
     return xdp.get_attr("IFLA_XDP_PROG_ID") or None
 
 
+def pinned_prog_id(path: str) -> int | None:
+    """The id of the program pinned in the pin set at ``path`` (None: not pinned there)."""
+    return pinned.pinned_prog_id(os.path.join(path, "prog"))
+
+
 def pin_set(iface: str, netns: str | None = None) -> PinSet:
     from ...net.netns import netns_label
 

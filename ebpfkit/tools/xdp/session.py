@@ -39,9 +39,25 @@ class XdpSession(ToolSession):
     STATS: type = FilterStats  # the counter view of the program's kind
     PROGRAM = "xdp_filter"     # its BPF program's name
 
-    def __init__(self, tables, iface: pins.Iface | None, attachment: pins.Attachment | None = None):
-        self.tables, self.iface, self.attachment = tables, iface, attachment
-        self._stats = self.STATS(tables, iface)
+    def __init__(self, tables, iface: pins.Iface | str, netns: str | None = None,
+                 attachment: pins.Attachment | None = None):
+        """``iface``: the Iface, or for another command's program only its name (looked up
+        on first use of ``.iface``: reading the counters needs no netlink)."""
+        self.tables, self.attachment = tables, attachment
+        self._iface, self._unresolved = (None, (iface, netns)) if isinstance(iface, str) else (iface, None)
+        name, netns = self._unresolved or (iface.name, iface.netns)
+        self._stats = self.STATS(tables, name, netns)
+
+    @property
+    def iface(self) -> pins.Iface | None:
+        if self._unresolved is not None:
+            name, netns = self._unresolved
+            self._unresolved = None
+            try:
+                self._iface = pins.lookup_iface(name, netns)
+            except pins.InterfaceError:
+                pass  # pins of an interface since removed: the counters still read
+        return self._iface
 
     @property
     def prog_id(self) -> int | None:
@@ -51,9 +67,14 @@ class XdpSession(ToolSession):
     def sample(self) -> dict:
         return self._stats.sample()
 
+    def current(self) -> bool:
+        """Whether the program this session reads still runs (another command's may have
+        been detached, or replaced by a new attach, since the session opened)."""
+        return self.tables.current()
+
     def program_ids(self) -> dict[str, int]:
         """{name: id} of the program running on the interface (ours, or another command's)."""
-        prog = self.prog_id or (pins.attached_prog_id(self.iface) if self.iface else None)
+        prog = self.prog_id or self.tables.prog_id or (pins.attached_prog_id(self.iface) if self.iface else None)
         return {self.PROGRAM: prog} if prog else {}
 
     def close(self) -> None:
@@ -82,32 +103,21 @@ def open_filter(config: FilterConfig | None = None, *, iface: str, netns: str | 
     config = FilterConfig.given(config, **settings)
     rules = [r if isinstance(r, Rule) else parse_rule(r) for r in rules]
     att = attach_filter(iface, rules, config, netns=netns, persistent=False)
-    return FilterSession(att.tables, att.iface, att)
+    return FilterSession(att.tables, att.iface, attachment=att)
 
 
 def open_lb(config: LbConfig | None = None, *, iface: str, netns: str | None = None,
             **settings) -> LbSession:
     """Attach the load balancer to ``iface`` (backend MACs resolved in ``netns``)."""
     att = attach_lb(iface, LbConfig.given(config, **settings), netns=netns, persistent=False)
-    return LbSession(att.tables, att.iface, att)
+    return LbSession(att.tables, att.iface, attachment=att)
 
 
 def attached_filter(iface: str, netns: str | None = None) -> FilterSession:
     """The filter another command attached to ``iface``; NotAttachedError if there is none."""
-    return _attached(FilterSession, filter_tables(iface, netns), iface, netns)
+    return FilterSession(filter_tables(iface, netns), iface, netns)
 
 
 def attached_lb(iface: str, netns: str | None = None) -> LbSession:
     """The load balancer another command attached to ``iface``; NotAttachedError if there is none."""
-    return _attached(LbSession, lb_tables(iface, netns), iface, netns)
-
-
-def _attached(session_class, tables, iface: str, netns: str | None) -> XdpSession:
-    try:
-        where = pins.lookup_iface(iface, netns)
-    except pins.InterfaceError:  # pins of an interface since removed: the counters still read
-        where = None
-    except BaseException:
-        tables.close()
-        raise
-    return session_class(tables, where)
+    return LbSession(lb_tables(iface, netns), iface, netns)

@@ -4,7 +4,7 @@
 call: per-rule (per-backend) packets and bytes, the totals and, from the second call on,
 pps/bps since the previous one. The sessions (session.py) hand them out; ``tables`` is a
 running program's maps (an ``attach()``'s ``.tables``, or ``filter.open_pinned(iface)`` /
-``lb.open_pinned(iface)``).
+``lb.open_pinned(iface)``); ``iface`` and ``netns`` name where it was attached.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ def _counter_row(row: dict, counter: tuple, before, seconds) -> dict:
 class _CounterView:
     """Counters of a pinned XDP program as rows, with rates since the previous sample."""
 
-    def __init__(self, tables, iface=None):
-        self.tables, self.iface = tables, iface
+    def __init__(self, tables, iface: str | None = None, netns: str | None = None):
+        self.tables, self.iface, self.netns = tables, iface, netns
         self.prev: dict = {}
         self.prev_totals: dict = {}
         self.when: float | None = None
@@ -44,8 +44,7 @@ class _CounterView:
         total_rows = [_counter_row({"counter": n}, c, self.prev_totals.get(n), seconds) for n, c in totals.items()]
         self.prev, self.prev_totals, self.when = counters, totals, t
         return {"time": iso_time(now()), "interval": round(seconds, 6) if seconds else None,
-                "iface": self.iface.name if self.iface else None,
-                "netns": self.iface.netns if self.iface else None, **config,
+                "iface": self.iface, "netns": self.netns, **config,
                 name: rows, "totals": total_rows}
 
 
@@ -53,9 +52,9 @@ class FilterStats(_CounterView):
     """A filter's per-rule and per-action counters."""
 
     def sample(self) -> dict:
-        rules = self.tables.rules()
-        counters = self.tables.rule_counters(rules)
-        return self._document("rules", [(rid, {"id": rid, "rule": str(r)}) for rid, r in sorted(rules.items())],
+        texts = self.tables.rule_texts()
+        counters = self.tables.rule_counters(texts)
+        return self._document("rules", [(rid, {"id": rid, "rule": text}) for rid, text in texts.items()],
                               counters, self.tables.config().to_dict(), self.tables.totals(counters))
 
 

@@ -16,6 +16,7 @@ class Tables:
     KIND = "XDP program"  # what the maps belong to, for messages
     COMMAND = ""          # its `ebpfkit xdp` subcommand, for hints
     PROGRAM = ""          # its XDP program's name
+    prog_id: int | None = None  # the program open_attached() found them through
 
     def __init__(self, maps: dict[str, KernelMap], path: str | None = None):
         missing = [n for n in self.MAP_NAMES if n not in maps]
@@ -49,7 +50,10 @@ class Tables:
         a foreground run's (which pins nothing), through the program the interface runs."""
         found = pins.pin_set(iface_name, netns)
         if found.exists():
-            return cls.open_set(found, **cls.context(netns))
+            prog = found.prog_id("prog")
+            tables = cls.open_set(found, **cls.context(netns))
+            tables.prog_id = prog
+            return tables
         iface = pins.lookup_iface(iface_name, netns)  # a clearer error if the iface is wrong
         prog = pins.unpinned_program(iface, (cls.PROGRAM,))
         if prog is None:
@@ -59,7 +63,19 @@ class Tables:
         raw = pinned.program_maps(prog)
         for name in set(raw) - set(cls.MAP_NAMES):
             raw.pop(name).close()
-        return cls({name: KernelMap.owning(m) for name, m in raw.items()}, None, **cls.context(netns))
+        tables = cls({name: KernelMap.owning(m) for name, m in raw.items()}, None, **cls.context(netns))
+        tables.prog_id = prog
+        return tables
+
+    def current(self) -> bool:
+        """Whether the program open_attached() found these maps through still runs: not
+        detached, not replaced by a new attach. Cheap (no netlink), for a reader that keeps
+        them open between reads."""
+        if self.path:
+            return pins.pinned_prog_id(self.path) == self.prog_id
+        if self.prog_id is None:
+            return True  # our own object's: it runs as long as we hold it
+        return pinned.prog_exists(self.prog_id)
 
     def locked(self):
         """Serialise changes: on the pin set, or for a foreground run's maps on bpffs."""

@@ -370,10 +370,10 @@ def test_a_port_in_use_is_a_usage_error(tmp_path):
 
 def test_a_bad_configuration_exits_before_loading_anything(tmp_path):
     config = tmp_path / "exporter.yaml"
-    config.write_text("sources:\n  - source: runqlat\n  - source: hardirqs\n")
+    config.write_text("sources:\n  - source: runqlat\n  - source: cpufreq\n")
     run = subprocess.run([sys.executable, "-m", "ebpfkit", "exporter", "--config", str(config)],
                          capture_output=True, text=True, timeout=60)
-    assert run.returncode == 2 and f"{config}:3: unknown source 'hardirqs'" in run.stderr, run.stderr
+    assert run.returncode == 2 and f"{config}:3: unknown source 'cpufreq'" in run.stderr, run.stderr
     assert "Traceback" not in run.stderr
 
 
@@ -461,3 +461,128 @@ def test_sockmap_counters_of_an_enabled_cgroup_and_the_guard_not_running(child_c
         exporter.kill()
         if sockmap.session.find(child_cgroup.path) is not None:
             sockmap.disable(child_cgroup.path)
+
+
+def test_a_filter_whose_rules_change_or_that_is_attached_anew_is_followed(veth_pair, capsys, tmp_path):
+    """The xdp_filter source keeps its session open between scrapes (a large filter's rules
+    are decoded once): a rule added or deleted by another command shows at the next scrape;
+    a detach takes the source down with its series; a new attach (a new program) is read."""
+    pair = veth_pair
+    where = ["--iface", pair.a.ifname, "--netns", pair.a.netns]
+    source = ("ebpfkit_exporter_source_up", (("source", f"xdp_filter {pair.a.ifname}@{pair.a.netns}"),))
+    config = tmp_path / "exporter.yaml"
+    config.write_text(f"sources:\n  - source: xdp_filter\n    iface: {pair.a.ifname}\n    netns: {pair.a.netns}\n")
+
+    def rules() -> set[str]:
+        return {dict(labels)["rule"] for name, labels in _scraped(exporter)
+                if name == "ebpfkit_xdp_filter_rule_packets_total"}
+
+    exporter = Exporter(config)
+    try:
+        assert ek(capsys, "xdp", "filter", "attach", *where, "--src", "192.0.2.0/24")[0] == 0
+        exporter.wait_ready()
+        assert rules() == {"src 192.0.2.0/24"}
+        assert ek(capsys, "xdp", "filter", "rules", "add", *where, "--dst", "198.51.100.7")[0] == 0
+        assert rules() == {"src 192.0.2.0/24", "dst 198.51.100.7/32"}
+        assert ek(capsys, "xdp", "filter", "rules", "del", *where, "1")[0] == 0
+        assert rules() == {"dst 198.51.100.7/32"}
+        assert ek(capsys, "xdp", "filter", "detach", *where)[0] == 0
+        assert _scraped(exporter)[source] == 0 and rules() == set()
+        assert ek(capsys, "xdp", "filter", "attach", *where, "--proto", "icmp")[0] == 0
+        send_frames(pair, dropped_frames(pair)[:3])  # not ICMP: passed, counted as such
+        samples = _scraped(exporter)
+        assert samples[source] == 1 and rules() == {"proto icmp"}
+        counted = (("counter", "passed"), ("iface", pair.a.ifname), ("netns", pair.a.netns))
+        assert samples[("ebpfkit_xdp_filter_packets_total", counted)] >= 3
+        assert exporter.stop() == 0
+    finally:
+        exporter.kill()
+        ek(capsys, "xdp", "filter", "detach", *where)
+
+
+def test_softirq_and_hardirq_sources_count_what_the_kernel_counts(veth_pair, tmp_path):
+    """UDP datagrams over the test veth, sent from one CPU (NET_RX there), and O_DIRECT
+    writes the disk answers with an IRQ: between two scrapes, the softirqs source's NET_RX
+    runs on that CPU and the hardirqs source's runs of the disk's IRQs match /proc/softirqs
+    and /proc/interrupts over the same interval (within 10% or 5: they are read a few ms
+    apart); the NET_RX histogram's _count and _sum are its runs and seconds."""
+    from irqs import CPU, UdpReceiver, direct_writes, disk_irqs, interrupts, proc_softirqs, send_udp
+
+    config = tmp_path / "exporter.yaml"
+    config.write_text("sources:\n  - source: softirqs\n    per_cpu: true\n    dist: true\n"
+                      "  - source: hardirqs\n")
+    irqs = disk_irqs(tmp_path)
+    receiver = UdpReceiver(veth_pair)
+    exporter = Exporter(config)
+    try:
+        send_udp(veth_pair, 5)  # neighbour resolution, before anything is measured
+        exporter.wait_ready()
+        before, soft_before, hard_before = _scraped(exporter), proc_softirqs(), interrupts()
+        send_udp(veth_pair, 300)
+        direct_writes(tmp_path / "data")
+        soft_after, hard_after, after = proc_softirqs(), interrupts(), _scraped(exporter)
+        assert receiver.drain() >= 300
+
+        def moved(name: str, **labels) -> float:
+            key = (name, tuple(sorted(labels.items())))
+            return after.get(key, 0) - before.get(key, 0)
+
+        def close_to(counted: float, truth: int) -> bool:
+            return abs(counted - truth) <= max(5, truth // 10)
+
+        net_rx = {"vector": "NET_RX", "cpu": str(CPU)}
+        truth = soft_after[CPU] - soft_before[CPU]
+        runs = moved("ebpfkit_softirq_runs_total", **net_rx)
+        assert truth >= 150 and close_to(runs, truth), (runs, truth)
+        assert moved("ebpfkit_softirq_duration_seconds_count", **net_rx) == runs
+        seconds = moved("ebpfkit_softirq_seconds_total", **net_rx)
+        assert 0 < seconds and moved("ebpfkit_softirq_duration_seconds_sum", **net_rx) == pytest.approx(seconds)
+        for irq, name in irqs.items():
+            truth = hard_after[irq][1] - hard_before[irq][1]
+            counted = moved("ebpfkit_hardirq_runs_total", irq=str(irq), handler=name)
+            assert close_to(counted, truth), (irq, name, counted, truth)
+        assert sum(hard_after[i][1] - hard_before[i][1] for i in irqs) >= 50  # the writes raised them
+        assert exporter.stop() == 0
+    finally:
+        exporter.kill()
+        receiver.close()
+
+
+BIG_WRITER = """
+import os, sys
+print("ready", flush=True)
+sys.stdin.readline()
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+for _ in range(1024):
+    assert os.write(fd, b"w" * 65536) == 65536
+os.close(fd)
+"""
+
+
+def test_iofsstat_top_shows_only_the_series_that_moved_the_most_bytes(child_cgroup, tmp_path):
+    """`top: 2`: a process in the test's child cgroup writes 64 MiB, more than anything else
+    on this machine in that time: its series is shown, exactly, and at most one other."""
+    cgroup = "/" + os.path.relpath(child_cgroup.path, cgroup2_mount())
+    config = tmp_path / "exporter.yaml"
+    config.write_text("sources:\n  - source: iofsstat\n    top: 2\n")
+    exporter = Exporter(config)
+    writer = None
+    try:
+        exporter.wait_ready()
+        writer = subprocess.Popen([sys.executable, "-c", BIG_WRITER, str(tmp_path / "big.bin")],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert writer.stdout.readline() == "ready\n"
+        child_cgroup.add(writer.pid)
+        writer.stdin.write("go\n")
+        writer.stdin.close()
+        assert writer.wait(timeout=60) == 0
+        shown = {dict(labels)["cgroup"]: value for (name, labels), value in _scraped(exporter).items()
+                 if name == "ebpfkit_file_written_bytes_total"}
+        assert shown.get(cgroup) == 1024 * 65536, shown
+        assert len(shown) <= 2, shown
+        assert exporter.stop() == 0
+    finally:
+        exporter.kill()
+        if writer is not None and writer.poll() is None:
+            writer.kill()
+            writer.wait()

@@ -20,7 +20,7 @@ EXAMPLE = Path(ebpfkit.__file__).parent / "exporter" / "example.yaml"
 
 def test_the_shipped_example_is_valid():
     config = load_config(str(EXAMPLE))
-    assert [s.kind for s in config.sources] == ["runqlat", "iofsstat"]
+    assert [s.kind for s in config.sources] == ["runqlat", "iofsstat", "softirqs"]
     assert (config.series_limit, config.pid_label) == (2000, False)
     assert config.sources[1].options.hook == "auto"
 
@@ -32,26 +32,32 @@ def test_the_readme_shows_the_shipped_example():
 
 def test_settings_reach_each_sources_config():
     config = parse_config("series_limit: 5\npid_label: true\nsources:\n"
-                          "  - source: runqlat\n    milliseconds: true\n"
+                          "  - source: runqlat\n    milliseconds: true\n    by: cgroup\n"
                           "  - source: xdp_filter\n    iface: eth1\n    netns: web\n"
                           "  - source: xdp_lb\n    iface: eth2\n")
     runqlat, xdp, lb = config.sources
     assert (config.series_limit, config.pid_label) == (5, True)
     assert runqlat.options.milliseconds and runqlat.options.unit_ns == 1_000_000
-    assert (xdp.options.iface, xdp.options.netns, xdp.line) == ("eth1", "web", 6)
+    assert runqlat.options.by == "cgroup"
+    assert (xdp.options.iface, xdp.options.netns, xdp.line) == ("eth1", "web", 7)
     assert (lb.options.iface, lb.options.netns) == ("eth2", None)
 
 
 BAD = [
     # (file text, line, what the message says)
-    ("sources:\n  - source: runqlat\n  - source: hardirqs\n", 3, "unknown source 'hardirqs' (known: runqlat"),
+    ("sources:\n  - source: runqlat\n  - source: cpufreq\n", 3, "unknown source 'cpufreq' (known: runqlat"),
     ("sources:\n  - source: runqlat\n    per-cpu: true\n", 3,
-     "source runqlat: per_cpu: unknown setting; known ones: milliseconds, per_process, pid"),
+     "source runqlat: per_cpu: unknown setting; known ones: milliseconds, per_process, pid, per_thread, per_pidns, "
+     "by, cgroup"),
     ("sources:\n  - source: runqlat\n\n    milliseconds: yes please\n", 4,
      "source runqlat: milliseconds: expected bool, got str 'yes please'"),
     ("sources:\n  - source: iofsstat\n    hook: kprobe\n", 3, "source iofsstat: hook: 'kprobe' is not one of auto"),
     ("sources:\n  - source: runqlat\n    pid: 0\n", 3, "source runqlat: pid: no process with PID 0"),
     ("sources:\n  - source: runqlat\n    per_process: true\n", 3, "source runqlat: per_process: not exported"),
+    ("sources:\n  - source: runqlat\n    per-thread: true\n", 3, "source runqlat: per_thread: not exported"),
+    ("sources:\n  - source: runqlat\n    per_pidns: true\n", 3, "source runqlat: per_pidns: not exported"),
+    ("sources:\n  - source: runqlat\n    by: container\n", 3, "source runqlat: by: not exported: use 'by: cgroup'"),
+    ("sources:\n  - source: runqlat\n    by: pod\n", 3, "source runqlat: by: 'pod' is not one of cgroup, container"),
     ("sources:\n  - source: xdp_filter\n    netns: web\n", 2, "source xdp_filter: iface: a value is required"),
     ("sources:\n  - source: xdp_lb\n    iface: 3\n", 3, "source xdp_lb: iface: expected str, got int 3"),
     ("sources:\n  - iface: eth1\n", 2, "a source needs 'source:' naming it"),

@@ -1,5 +1,5 @@
 """Bounded series: the cap evicts the least recently updated series and counts it, series of
-cgroups that are gone are dropped, cgroup paths become container and pod labels, and the log2
+cgroups that are gone are dropped, and the log2
 histograms come out as Prometheus histograms (checked by prometheus_client's own parser)."""
 
 from __future__ import annotations
@@ -9,11 +9,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from ebpfkit.exporter.collector import ExporterCollector
-from ebpfkit.exporter.labels import HistogramValue, Metric, MetricTable, cgroup_labels, drop_exited_cgroups
+from ebpfkit.exporter.labels import HistogramValue, Metric, MetricTable, drop_exited_cgroups
 from ebpfkit.exporter.sources import Source
 
 ID = "3f2a9c0e1b7d4c5a8e6f0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f"
-UID = "1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d"
 
 
 def test_the_cap_evicts_the_least_recently_updated_and_counts_it():
@@ -46,22 +45,6 @@ def test_one_metric_per_name_shared_by_sources():
     assert table.metric("ebpfkit_z_total", "counter", "z", ("iface",)) is one and one.limit == 7
     with pytest.raises(ValueError, match="defined twice"):
         table.metric("ebpfkit_z_total", "gauge", "z", ("iface",))
-
-
-@pytest.mark.parametrize("path, labels", [
-    ("/", {"cgroup": "/", "container": "", "pod_uid": ""}),
-    (None, {"cgroup": "", "container": "", "pod_uid": ""}),
-    (f"/system.slice/docker-{ID}.scope", {"cgroup": f"/system.slice/docker-{ID}.scope",
-                                          "container": ID[:12], "pod_uid": ""}),
-    (f"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID.replace('-', '_')}.slice/"
-     f"cri-containerd-{ID}.scope", {"container": ID[:12], "pod_uid": UID}),
-    (f"/kubepods/besteffort/pod{UID}/crio-{ID}", {"container": ID[:12], "pod_uid": UID}),
-    (f"/kubepods/besteffort/pod{UID}", {"container": "", "pod_uid": UID}),  # the pod's own cgroup
-])
-def test_cgroup_paths_become_container_and_pod_labels(path, labels):
-    found = cgroup_labels(path)
-    assert {k: found[k] for k in labels} == labels
-    assert found["cgroup"] == (path or "")
 
 
 def test_series_of_exited_cgroups_are_dropped(tmp_path):
@@ -135,3 +118,34 @@ def test_the_collector_accumulates_and_reports_sources_down():
     assert samples[("ebpfkit_exporter_source_up", (("source", "broken"),))] == 0
     assert samples[("ebpfkit_exporter_series_dropped_total", (("metric", "ebpfkit_test_reads_total"),))] == 0
     assert ("ebpfkit_exporter_source_scrape_duration_seconds", (("source", "broken"),)) in samples
+
+
+def test_publish_keeps_exactly_a_sources_series_and_forget_drops_them_only():
+    """Two pinned filters share a metric: each source's publish() replaces only its own
+    series (a rule gone is dropped), and forget() (the source went down) leaves the other's."""
+    table = MetricTable(limit=10)
+    metric = table.metric("ebpfkit_rule_packets_total", "counter", "p", ("iface", "rule"))
+    eth1, eth2 = Source(None, table), Source(None, table)
+    eth1.publish(metric, {("eth1", "r1"): 5, ("eth1", "r2"): 7})
+    eth2.publish(metric, {("eth2", "r1"): 1})
+    eth1.publish(metric, {("eth1", "r2"): 9, ("eth1", "r3"): 0})  # r1 deleted, r3 added
+    assert dict(metric.series) == {("eth2", "r1"): 1, ("eth1", "r2"): 9, ("eth1", "r3"): 0}
+    eth1.forget()
+    assert dict(metric.series) == {("eth2", "r1"): 1} and metric.dropped == 0
+    eth1.forget()  # twice: nothing more goes
+    assert dict(metric.series) == {("eth2", "r1"): 1}
+
+
+def test_a_top_n_view_shows_only_the_series_it_names_and_keeps_counting_the_rest():
+    table = MetricTable(limit=10)
+    metric = table.metric("ebpfkit_bytes_total", "counter", "b", ("comm",))
+    for comm, amount in (("dd", 100), ("cat", 5), ("tar", 50)):
+        metric.add((comm,), amount)
+    metric.shown = {("dd",), ("tar",)}
+    assert dict(metric.visible()) == {("dd",): 100, ("tar",): 50}
+    metric.add(("cat",), 500)  # cat keeps counting while hidden
+    assert dict(metric.series)[("cat",)] == 505
+    registry = CollectorRegistry()
+    registry.register(ExporterCollector([], table))
+    shown = {labels for name, labels in _scrape(registry) if name == "ebpfkit_bytes_total"}
+    assert shown == {(("comm", "dd"),), (("comm", "tar"),)}

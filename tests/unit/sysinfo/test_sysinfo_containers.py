@@ -5,7 +5,7 @@ import os
 import pytest
 
 from ebpfkit.sysinfo.cgroups import cgroup2_mount
-from ebpfkit.sysinfo.containers import CgroupPaths, Container, parse_container
+from ebpfkit.sysinfo.containers import CgroupPaths, Container, cgroup_labels, parse_container
 from ebpfkit.sysinfo.mounts import MountTable
 
 ID = "3f2a9c0e1b7d4c5a8e6f0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f"
@@ -106,3 +106,19 @@ def test_cgroup2_mount_from_the_mount_table():
     assert cgroup2_mount(MountTable(proc + cgroup2)) == "/sys/fs/cgroup/unified"
     assert cgroup2_mount(MountTable(proc)) is None
     assert CgroupPaths(root="").path(1) is None  # no hierarchy: nothing, no error
+
+
+@pytest.mark.parametrize("path, labels", [
+    ("/", {"cgroup": "/", "container": "", "pod_uid": ""}),
+    (None, {"cgroup": "", "container": "", "pod_uid": ""}),
+    (f"/system.slice/docker-{ID}.scope", {"cgroup": f"/system.slice/docker-{ID}.scope",
+                                          "container": ID[:12], "pod_uid": ""}),
+    (f"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{POD_UID.replace('-', '_')}.slice/"
+     f"cri-containerd-{ID}.scope", {"container": ID[:12], "pod_uid": POD_UID}),
+    (f"/kubepods/besteffort/pod{POD_UID}/crio-{ID}", {"container": ID[:12], "pod_uid": POD_UID}),
+    (f"/kubepods/besteffort/pod{POD_UID}", {"container": "", "pod_uid": POD_UID}),  # the pod's own cgroup
+])
+def test_cgroup_paths_become_container_and_pod_labels(path, labels):
+    found = cgroup_labels(path)
+    assert {k: found[k] for k in labels} == labels
+    assert found["cgroup"] == (path or "")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import mmap
 import os
 import re
 import signal
@@ -19,55 +18,13 @@ import sys
 import pytest
 
 from helpers import same_config_error, signalled_run_leaves_nothing
+from irqs import WRITES, direct_writes, disk_irqs, interrupts
 
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(os.geteuid() != 0, reason="loads BPF programs: needs root"),
 ]
 
-WRITES = 200
-BLOCK = 4096
-
-
-def interrupts() -> dict[int, tuple[str, int]]:
-    """/proc/interrupts' numbered IRQs: {irq: (handler name, count summed over CPUs)}."""
-    with open("/proc/interrupts") as f:
-        ncpus = len(f.readline().split())
-        result = {}
-        for line in f:
-            fields = line.split()
-            if fields and fields[0].rstrip(":").isdigit():
-                counts = [int(c) for c in fields[1:1 + ncpus]]
-                result[int(fields[0].rstrip(":"))] = (fields[-1], sum(counts))
-    return result
-
-
-def disk_irqs(path) -> dict[int, str]:
-    """The request-queue IRQs ({irq: name}) of the virtio disk ``path`` is on."""
-    st = os.stat(path)
-    block = os.path.realpath(f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}")
-    if os.path.exists(os.path.join(block, "partition")):
-        block = os.path.dirname(block)
-    device = os.path.basename(os.path.realpath(os.path.join(block, "device")))  # e.g. virtio1
-    found = {irq: name for irq, (name, _) in interrupts().items()
-             if name.startswith(f"{device}-") and not name.endswith("-config")}
-    if not found:
-        pytest.fail(f"{path} is on {os.path.basename(block)} ({device}), which has no IRQ of its "
-                    f"own in /proc/interrupts: this test needs a virtio disk")
-    return found
-
-
-def direct_writes(path, n: int = WRITES) -> None:
-    """``n`` O_DIRECT writes, each fsync'd: each waits for the disk, which answers with an IRQ."""
-    buf = mmap.mmap(-1, BLOCK)  # page-aligned, as O_DIRECT wants
-    buf.write(b"x" * BLOCK)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_DIRECT, 0o600)
-    try:
-        for i in range(n):
-            os.pwrite(fd, buf, (i % 64) * BLOCK)
-            os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def by_irq(stats) -> dict[int, int]:

@@ -14,75 +14,27 @@ import io
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
 
-from ebpfkit.net import in_netns
 from helpers import same_config_error, signalled_run_leaves_nothing
+from irqs import CPU, UdpReceiver, proc_softirqs, send_udp
 
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(os.geteuid() != 0, reason="loads BPF programs: needs root"),
 ]
 
-CPU = max(os.sched_getaffinity(0))
 PACKETS = 300
-PORT = 9419
-
-
-def proc_softirqs(vector: str = "NET_RX") -> list[int]:
-    """/proc/softirqs' counts for ``vector``, one per CPU."""
-    with open("/proc/softirqs") as f:
-        for line in f:
-            name, *counts = line.split()
-            if name == f"{vector}:":
-                return [int(c) for c in counts]
-    raise AssertionError(f"no {vector} in /proc/softirqs")
-
-
-class Receiver:
-    """A UDP socket in the far namespace taking the packets (so none is answered with ICMP)."""
-
-    def __init__(self, pair):
-        self.sock = in_netns(pair.b.netns, socket.socket, socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind((pair.b.address, PORT))
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)
-        self.sock.setblocking(False)
-
-    def drain(self) -> int:
-        got = 0
-        while True:
-            try:
-                self.sock.recv(2048)
-                got += 1
-            except BlockingIOError:
-                return got
-
-    def close(self):
-        self.sock.close()
-
-
-def send(pair, packets: int, gap: float = 0.0) -> None:
-    """``packets`` datagrams from the near end to the far one, one send at a time, from a
-    thread pinned to CPU in the near namespace."""
-    def sender():
-        os.sched_setaffinity(0, {CPU})  # this thread only
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-            for _ in range(packets):
-                sock.sendto(b"x" * 64, (pair.b.address, PORT))
-                if gap:
-                    time.sleep(gap)
-    in_netns(pair.a.netns, sender)
 
 
 @pytest.fixture
 def receiver(veth_pair):
-    receiver = Receiver(veth_pair)
-    send(veth_pair, 5)  # neighbour resolution, before anything is measured
+    receiver = UdpReceiver(veth_pair)
+    send_udp(veth_pair, 5)  # neighbour resolution, before anything is measured
     time.sleep(0.1)
     receiver.drain()
     yield receiver
@@ -108,7 +60,7 @@ def test_net_rx_per_cpu_follows_the_packets_and_proc_softirqs(veth_pair, receive
             per_cpu.sample(), total.sample()
             before = proc_softirqs()
             start = time.monotonic()
-            send(veth_pair, packets)
+            send_udp(veth_pair, packets)
             time.sleep(max(0.0, 0.3 - (time.monotonic() - start)))
             after = proc_softirqs()
             stats, all_cpus = per_cpu.sample(), total.sample()
@@ -155,7 +107,7 @@ def test_command_per_cpu_in_each_format(veth_pair, receiver, fmt, parse):
     for line in proc.stderr:
         if "Hit Ctrl-C" in line:
             break
-    send(veth_pair, PACKETS, gap=0.001)
+    send_udp(veth_pair, PACKETS, gap=0.001)
     stdout, stderr = proc.communicate(timeout=60)
     after = proc_softirqs()
     assert proc.returncode == 0, stderr
