@@ -319,6 +319,13 @@ class Output:
         else:
             self._event_line(record, when)
 
+    def event_detail(self, lines: Iterable[str]) -> None:
+        """Lines that belong to the last event (a stack, say), indented under its line in
+        table format; JSON and CSV carry them in the event's record instead."""
+        if self.format == "table":
+            for line in lines:
+                self._write_line(f"    {line}")
+
     def _event_line(self, record: Mapping, when) -> None:
         if self._event_columns is None:
             self._event_columns = [Column(str(k).upper(), key=k) for k in record]
