@@ -119,12 +119,7 @@ class Session(ToolSession):
         spec = compile_bpf(PROGRAM)
         spec.rodata.update({"targ_threshold_ns": int(config.threshold_ms * 1e6),
                             "targ_mode": MODES.index(self.mode)})
-        self._tick, self.softirqs_unwatched = _tick_program()
-        for name in ("irqoff_tick", "irqoff_tick_task"):
-            spec.programs[name].autoload = name == self._tick
-        spec.programs["irqoff_nmi"].autoload = self.mode == "nmi"
-        for name in ("irqoff_disable", "irqoff_enable"):
-            spec.programs[name].autoload = self.mode == "exact"
+        self._tick, self.softirqs_unwatched = select_programs(spec, self.mode)
         if self.mode == "exact":
             mounts.ensure_tracefs()
         self._obj = spec.load()
@@ -179,6 +174,18 @@ class Session(ToolSession):
         return Section(time=ev.ts / 1e9 + self._epoch_offset, kind=KINDS[ev.kind], cpu=ev.cpu,
                        comm=ev.comm, pid=ev.pid, tid=ev.tid, lat_us=ev.lat_ns // 1000,
                        stack=self._stacks.symbolize(ev.stack_id), stack_note=STACK_NOTES[ev.stack_from])
+
+
+def select_programs(spec, mode: str) -> tuple[str, str | None]:
+    """Load only the programs ``mode`` runs, and the tick that can read preempt_count here;
+    (that tick's name, why softirq-off sections cannot be watched or None)."""
+    tick, unwatched = _tick_program()
+    for name in ("irqoff_tick", "irqoff_tick_task"):
+        spec.programs[name].autoload = name == tick
+    spec.programs["irqoff_nmi"].autoload = mode == "nmi"
+    for name in ("irqoff_disable", "irqoff_enable"):
+        spec.programs[name].autoload = mode == "exact"
+    return tick, unwatched
 
 
 def _tick_program() -> tuple[str, str | None]:

@@ -1,0 +1,76 @@
+// SPDX-License-Identifier: GPL-2.0
+/* ebpfkit's irqoff test module: sections of known length with hard interrupts off, or with
+ * softirqs (bottom halves) off, in the context of the task that asks for one. Writing N to
+ * /proc/ebpfkit_irqoff_hard (or _soft) spins N ms with interrupts (softirqs) disabled. */
+#include <linux/delay.h>
+#include <linux/interrupt.h>
+#include <linux/kernel.h>
+#include <linux/module.h>
+#include <linux/proc_fs.h>
+#include <linux/uaccess.h>
+
+#define MAX_MS 1000
+
+static noinline void irqoff_test_hard(unsigned int ms)
+{
+	unsigned long flags;
+
+	local_irq_save(flags);
+	mdelay(ms);
+	local_irq_restore(flags);
+}
+
+static noinline void irqoff_test_soft(unsigned int ms)
+{
+	local_bh_disable();
+	mdelay(ms);
+	local_bh_enable();
+}
+
+static ssize_t section_write(const char __user *buf, size_t len, void (*section)(unsigned int))
+{
+	unsigned int ms;
+	int err = kstrtouint_from_user(buf, len, 10, &ms);
+
+	if (err)
+		return err;
+	if (ms > MAX_MS)
+		return -EINVAL;
+	section(ms);
+	return len;
+}
+
+static ssize_t hard_write(struct file *f, const char __user *buf, size_t len, loff_t *off)
+{
+	return section_write(buf, len, irqoff_test_hard);
+}
+
+static ssize_t soft_write(struct file *f, const char __user *buf, size_t len, loff_t *off)
+{
+	return section_write(buf, len, irqoff_test_soft);
+}
+
+static const struct proc_ops hard_ops = { .proc_write = hard_write };
+static const struct proc_ops soft_ops = { .proc_write = soft_write };
+
+static int __init irqoff_test_init(void)
+{
+	if (!proc_create("ebpfkit_irqoff_hard", 0200, NULL, &hard_ops))
+		return -ENOMEM;
+	if (!proc_create("ebpfkit_irqoff_soft", 0200, NULL, &soft_ops)) {
+		remove_proc_entry("ebpfkit_irqoff_hard", NULL);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+static void __exit irqoff_test_exit(void)
+{
+	remove_proc_entry("ebpfkit_irqoff_soft", NULL);
+	remove_proc_entry("ebpfkit_irqoff_hard", NULL);
+}
+
+module_init(irqoff_test_init);
+module_exit(irqoff_test_exit);
+MODULE_LICENSE("GPL");
+MODULE_DESCRIPTION("ebpfkit irqoff test: interrupt-off and softirq-off sections of known length");
