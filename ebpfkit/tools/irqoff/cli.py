@@ -22,11 +22,11 @@ Examples:
   ebpfkit --format json irqoff -t 5 10
 """
 
-COLUMNS = (Column("TIME(irqoff)", key="time", format=lambda t: clock_time(datetime.fromtimestamp(t))),
+COLUMNS = (Column("TIME(irqoff)", key="time", align="left", format=lambda t: clock_time(datetime.fromtimestamp(t))),
            Column("TYPE", key="kind", align="left", width=7), Column("CPU", key="cpu", width=3),
            Column("COMM", key="comm", align="left"), Column("TID", key="tid"),
            Column("LAT(us)", key="lat_us", width=8))
-STACK = Column("STACK", key="stack", format=";".join)  # CSV: the frames in one cell
+DATA_KEYS = [c.key for c in COLUMNS] + ["stack", "stack_note"]  # CSV: the frames in one cell
 
 
 @click.command(epilog=EXAMPLES)
@@ -53,8 +53,7 @@ def irqoff(duration, threshold_ms, log_file, log_file_size, log_file_backups, mo
 
     config = build_config(Config, threshold_ms=threshold_ms, mode=mode)
     out = _output(log_file, log_file_size, log_file_backups)
-    columns = COLUMNS + ((STACK,) if out.format == "csv" else ())
-    out.event_columns(*columns)
+    out.event_columns(*COLUMNS, data_keys=DATA_KEYS, detail=_stack_lines)
     with open_session(config) as session:
         out.info("mode: %s (%s)", session.mode, session.hook)
         out.banner(f"irqoff mode: {session.mode}: {session.hook}")
@@ -64,11 +63,11 @@ def irqoff(duration, threshold_ms, log_file, log_file_size, log_file_backups, mo
             out.banner(f"Tracing sections with interrupts off longer than {threshold_ms:g} ms"
                        + (f" for {duration:g} s" if duration else "") + "... Hit Ctrl-C to end.")
             for section in session.events(timeout=duration):
-                _print(out, section, columns)
+                out.event(section.to_dict())
         except KeyboardInterrupt:  # the end: what the kernel had sent still counts
             pass
         for section in session.drain():
-            _print(out, section, columns)
+            out.event(section.to_dict())
         out.lost(session.lost)
 
 
@@ -84,10 +83,8 @@ def _output(log_file, size, backups) -> Output:
     return Output(out.settings, name=out.name, stream=stream)
 
 
-def _print(out, section, columns) -> None:
-    record = section.to_dict()
-    out.event({**{c.key: record[c.key] for c in columns}, "stack_note": section.stack_note}
-              if out.format == "csv" else record)
-    out.event_detail([*section.stack, section.stack_note] if section.stack else
-                     ["(no kernel stack: user space was running)" if section.kind == "hardirq"
-                      else "(no stack)", section.stack_note])
+def _stack_lines(record) -> list[str]:
+    """Under each section in table format: its stack, innermost first, and whose it is."""
+    frames = record["stack"] or ["(no kernel stack: user space was running)" if record["kind"] == "hardirq"
+                                 else "(no stack)"]
+    return frames + ([record["stack_note"]] if record["stack_note"] else [])
