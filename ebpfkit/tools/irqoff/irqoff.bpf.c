@@ -11,7 +11,11 @@
  * Softirqs off (local_bh_disable, spin_lock_bh) leave hard interrupts on: the tick runs, and
  * reads the preempt_count of the code it interrupted. Its softirq-disable bits set (and not
  * serving a softirq, which is the softirqs tool's business) on consecutive ticks make a
- * section: from the last tick that saw them clear to the first that sees them clear again. */
+ * section: from the last tick that saw them enabled to the first that sees them enabled
+ * again, each within a period of the section's ends. Unless that one comes late (the CPU
+ * did not run, e.g. a hypervisor's stall, or interrupts were off after the section): then
+ * the section ended within a period of the last tick inside it. A late first tick inside
+ * needs no care: the ticks due before the section would have run before it began. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
@@ -24,11 +28,13 @@
 
 const volatile __u64 targ_threshold_ns = 10000000;
 const volatile __u32 targ_mode = IRQOFF_MODE_SOFTWARE;
+const volatile __u64 targ_period_ns = 1000000; /* the tick's */
 
 struct cpu_state {
 	__u64 last_tick;     /* when the tick last ran here */
 	__u64 soft_clear;    /* the last tick that saw softirqs enabled */
-	__u64 soft_start;    /* != 0: in a softirq-off section, since at most this */
+	__u64 soft_start;    /* != 0: in a softirq-off section, which began after this */
+	__u64 soft_last;     /* the last tick inside it */
 	__u64 irq_off_since; /* exact mode: irq_disable seen at */
 	__u64 nmi_ts;        /* NMI mode: when the NMI took the culprit below */
 	__s32 nmi_stack;
@@ -146,9 +152,10 @@ static __always_inline void late_tick(void *ctx, struct cpu_state *st, __u64 now
 static __always_inline void watch_softirqs(void *ctx, struct cpu_state *st, __u64 now, int count)
 {
 	bool bh_off = (count & SOFTIRQ_DISABLE_MASK) && !(count & SOFTIRQ_OFFSET);
-	__u64 id;
+	__u64 id, end;
 
 	if (bh_off) {
+		st->soft_last = now;
 		if (!st->soft_start) { /* the first tick inside: its task is the culprit (no preemption) */
 			st->soft_start = st->soft_clear ? st->soft_clear : now;
 			id = bpf_get_current_pid_tgid();
@@ -159,9 +166,12 @@ static __always_inline void watch_softirqs(void *ctx, struct cpu_state *st, __u6
 		}
 		return;
 	}
-	if (st->soft_start && now - st->soft_start > targ_threshold_ns)
-		emit(IRQOFF_SOFT, now, now - st->soft_start, st->soft_pid, st->soft_tid, st->soft_comm,
-		     st->soft_stack, IRQOFF_STACK_CULPRIT);
+	if (st->soft_start) {
+		end = now - st->soft_last <= 2 * targ_period_ns ? now : st->soft_last + targ_period_ns;
+		if (end - st->soft_start > targ_threshold_ns)
+			emit(IRQOFF_SOFT, now, end - st->soft_start, st->soft_pid, st->soft_tid,
+			     st->soft_comm, st->soft_stack, IRQOFF_STACK_CULPRIT);
+	}
 	st->soft_start = 0;
 	st->soft_clear = now;
 }

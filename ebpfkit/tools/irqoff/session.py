@@ -27,8 +27,9 @@ Softirqs off (local_bh_disable(), spin_lock_bh()) in every mode: hard interrupts
 the tick runs inside such a section and reads the preempt_count of the code it interrupted.
 A run of ticks that see softirqs disabled (not serving a softirq: that is the softirqs
 tool's matter) is a section: its length is from the last tick that saw them enabled to the
-first that sees them enabled again (an upper bound, at most two periods more than the
-section); its task and stack are those of the first tick inside it, so the culprit's. What
+first that sees them enabled again (within a period of each end), or, when that one came
+late (the CPU stalled after the section), to a period after the last tick inside; its task
+and stack are those of the first tick inside it, so the culprit's. What
 it cannot see: sections shorter than the threshold between two ticks (never reported: that
 is the point), softirq-off time spent with hard interrupts also off (no tick runs), and, in
 software mode, anything delaying the tick that is not interrupts off (a hypervisor not
@@ -118,7 +119,7 @@ class Session(ToolSession):
         self.hook = HOOKS[self.mode]
         spec = compile_bpf(PROGRAM)
         spec.rodata.update({"targ_threshold_ns": int(config.threshold_ms * 1e6),
-                            "targ_mode": MODES.index(self.mode)})
+                            "targ_period_ns": config.period_ns, "targ_mode": MODES.index(self.mode)})
         self._tick, self.softirqs_unwatched = select_programs(spec, self.mode)
         if self.mode == "exact":
             mounts.ensure_tracefs()
