@@ -1,11 +1,11 @@
 """irqoff in VM kernels (6.1 and 6.12, one boot each), against interrupt-off and softirq-off
 sections that a test kernel module makes (tests/vm/kmod/irqoff_test.c, built on the host
 against each VM kernel's Debian headers before the boot, loaded with insmod): writing N to
-/proc/ebpfkit_irqoff_hard spins N ms in local_irq_save()..local_irq_restore(), to
+/proc/ebpfkit_irqoff_hard spins N ms (by ktime) in local_irq_save()..local_irq_restore(), to
 /proc/ebpfkit_irqoff_soft in local_bh_disable()..local_bh_enable(), in the writer's context;
 reading the file gives how long that section really lasted by the kernel's clock, which is
-the ground truth (under TCG, a spin of N ms may last longer: the emulated CPU is stalled now
-and then, and its delay loop is calibrated under emulation). Each writer is a shell of its
+the ground truth (under TCG the emulated CPU is stalled now and then, so a spin of N ms may
+last longer). Each writer is a shell of its
 own pinned to one CPU, so its pid (its only thread) and its CPU are known.
 
 These VMs have no PMU and no preemptirq tracepoints: irqoff runs in software mode (hrtimer

@@ -46,7 +46,7 @@ from dataclasses import asdict, dataclass, field
 from ...errors import ConfigError
 from ...sysinfo.events import EVENT_SOURCES, hardware_pmu, kallsyms_lists, tracepoint_exists
 from ..config import ToolConfig, check_positive
-from ..session import ToolSession
+from ..session import EventSession
 
 PROGRAM = os.path.join(os.path.dirname(__file__), "irqoff.bpf.c")
 MODES = ("software", "nmi", "exact")  # the kernel side's IRQOFF_MODE_* values, in order
@@ -107,7 +107,7 @@ class Section:
         return asdict(self)
 
 
-class Session(ToolSession):
+class Session(EventSession):
     """Loaded and attached until ``close()`` (or the end of a ``with``)."""
 
     def __init__(self, config: Config):
@@ -147,31 +147,7 @@ class Session(ToolSession):
             progs["irqoff_disable"].attach()
             progs["irqoff_enable"].attach()
 
-    def events(self, timeout: float | None = None):
-        """Yield Sections as they come, for ``timeout`` seconds (None: until Ctrl-C)."""
-        for record in self._reader.events(timeout=timeout):
-            yield self._section(record)
-
-    def poll(self, timeout_ms: int = 100) -> list[Section]:
-        """The Sections available now, waiting up to ``timeout_ms`` for the first."""
-        return [self._section(r) for r in self._reader.read_batch(timeout_ms)]
-
-    def drain(self) -> list[Section]:
-        """Every Section still buffered, without waiting (what to print before exiting)."""
-        result: list[Section] = []
-        while batch := self.poll(0):
-            result.extend(batch)
-        return result
-
-    @property
-    def lost(self) -> int:
-        """Events the kernel dropped because the ring buffer was full."""
-        return self._reader.lost or 0
-
-    def close(self) -> None:
-        self._obj.close()
-
-    def _section(self, ev) -> Section:
+    def _event(self, ev) -> Section:
         return Section(time=ev.ts / 1e9 + self._epoch_offset, kind=KINDS[ev.kind], cpu=ev.cpu,
                        comm=ev.comm, pid=ev.pid, tid=ev.tid, lat_us=ev.lat_ns // 1000,
                        stack=self._stacks.symbolize(ev.stack_id), stack_note=STACK_NOTES[ev.stack_from])

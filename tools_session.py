@@ -1,0 +1,47 @@
+"""What every tool's Session shares: it is a context manager that ``close()``s (detaches and
+unloads) at the end of a ``with``. Each tool's ``open(config)`` returns one. And the choice
+tracepoint tools make between their typed (tp_btf) and raw (raw_tp) programs."""
+
+from __future__ import annotations
+
+
+class ToolSession:
+    """Base of a tool's ``Session``; the tool defines ``close()``."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def choose_typed_tracepoints(spec) -> bool:
+    """Of a program with each hook twice, as ``tp_btf/X`` and ``raw_tp/X``, load one set:
+    tp_btf where the kernel has BTF of its own (its arguments typed, no copies), else raw
+    tracepoints, which need only CO-RE (a --btf file serves them). True if tp_btf."""
+    from ..engine import features
+
+    typed = features.probe("kernel_btf").supported
+    for prog in spec.programs.values():
+        prog.autoload = prog.section.startswith("tp_btf/") == typed
+    return typed
+
+
+def load_attached(spec):
+    """``spec`` loaded and every program attached by its section (bpf_links, gone with the
+    process however it ends); the object is closed again if attaching fails."""
+    obj = spec.load()
+    try:
+        obj.attach()
+    except BaseException:
+        obj.close()
+        raise
+    return obj
+
+
+def choose_typed_or_raw(spec, typed: str, raw: str) -> str:
+    """``choose_typed_tracepoints``, returning the label of the chosen set: ``typed`` or ``raw``."""
+    return typed if choose_typed_tracepoints(spec) else raw
