@@ -25,6 +25,7 @@
 
 #define SOFTIRQ_OFFSET 0x100        /* serving a softirq */
 #define SOFTIRQ_DISABLE_MASK 0xfe00 /* local_bh_disable() depth, in steps of 0x200 */
+#define PREEMPT_COUNT_MASK 0x7fffffff /* x86 keeps PREEMPT_NEED_RESCHED (inverted) in bit 31 */
 
 const volatile __u64 targ_threshold_ns = 10000000;
 const volatile __u32 targ_mode = IRQOFF_MODE_SOFTWARE;
@@ -85,9 +86,10 @@ struct task_struct___ek {
 static __always_inline int preempt_count_percpu(void)
 {
 	if (bpf_ksym_exists(&__preempt_count))
-		return *(int *)bpf_this_cpu_ptr(&__preempt_count);
+		return *(int *)bpf_this_cpu_ptr(&__preempt_count) & PREEMPT_COUNT_MASK;
 	if (bpf_ksym_exists(&pcpu_hot))
-		return ((struct pcpu_hot___ek *)bpf_this_cpu_ptr(&pcpu_hot))->preempt_count;
+		return ((struct pcpu_hot___ek *)bpf_this_cpu_ptr(&pcpu_hot))->preempt_count &
+		       PREEMPT_COUNT_MASK;
 	return -1;
 }
 
@@ -96,7 +98,7 @@ static __always_inline int preempt_count_task(void)
 {
 	if (bpf_core_field_exists(((struct thread_info___ek *)0)->preempt_count))
 		return BPF_CORE_READ((struct task_struct___ek *)bpf_get_current_task(),
-				     thread_info.preempt_count);
+				     thread_info.preempt_count) & PREEMPT_COUNT_MASK;
 	return -1;
 }
 
