@@ -908,6 +908,29 @@ def _probe_perf_event():
     return _result(SUPPORTED, "attached to cpu-clock on cpu 0")
 
 
+@_register("pmu", "hardware PMU (cycles NMI)")
+def _probe_pmu(name, lbl):
+    from ..sysinfo.events import EVENT_SOURCES, hardware_pmu
+
+    if hardware_pmu():
+        return Probe(name, lbl, SUPPORTED, f"{EVENT_SOURCES} has the CPU's PMU")
+    return Probe(name, lbl, UNSUPPORTED, f"{EVENT_SOURCES} has no cpu PMU (a VM without a virtual "
+                 "PMU, or none exposed): only software clocks sample")
+
+
+@_register("preemptirq", "preemptirq tracepoints (irq_disable/irq_enable)")
+def _probe_preemptirq(name, lbl):
+    from ..sysinfo.events import tracepoint_exists
+
+    tracing = mounted_tracefs()
+    if tracing is None:
+        return Probe(name, lbl, UNKNOWN, "tracefs is not mounted: cannot list tracepoints")
+    if tracepoint_exists("preemptirq", "irq_disable", tracing):
+        return Probe(name, lbl, SUPPORTED, f"{tracing}/events/preemptirq/irq_disable exists")
+    return Probe(name, lbl, UNSUPPORTED, "no preemptirq/irq_disable tracepoint (CONFIG_TRACE_IRQFLAGS "
+                 "with CONFIG_PREEMPTIRQ_TRACEPOINTS: distribution kernels have it off)")
+
+
 # --- networking: XDP and tc on a veth pair inside a throwaway network namespace ----------
 
 _XDP_PASS, _TCX_NEXT = 2, -1
@@ -1102,6 +1125,8 @@ HINTS = {
     "fexit": _TRAMPOLINE_HINT + "; kretprobes or tracepoints are the fallback",
     "uprobe": "use a kernel with CONFIG_UPROBE_EVENTS=y",
     "perf_event": "needs CONFIG_PERF_EVENTS; check /proc/sys/kernel/perf_event_paranoid",
+    "pmu": "needs a hardware PMU the kernel exposes (bare metal, or a VM with a virtual PMU)",
+    "preemptirq": "needs a kernel built with CONFIG_PREEMPTIRQ_TRACEPOINTS (and tracefs mounted)",
     "xdp_native": "the device's driver has no native XDP: use generic mode",
     "xdp_generic": "needs a kernel >= 4.12 with XDP (CONFIG_BPF_SYSCALL, CONFIG_NET)",
     "tc": "needs CONFIG_NET_CLS_BPF and CONFIG_NET_SCH_INGRESS (tcx links need >= 6.6)",

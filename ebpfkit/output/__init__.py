@@ -28,6 +28,7 @@ _EXPORTS = {
     "get_logger": "logs",
     "log_event": "logs",
     "parse_size": "sizes",
+    "RotatingLines": "rotating",
     "SIZE": "sizes",
     "describe_error": "errors",
     "report_failure": "errors",
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
     from .errors import Failure, describe_error, invoke_cli, report_failure, run_cli  # noqa: F401
     from .logs import get_logger, log_event, setup_logging  # noqa: F401
     from .passthrough import forward_output  # noqa: F401
+    from .rotating import RotatingLines  # noqa: F401
     from .options import global_options, install_settings, tool_options  # noqa: F401
     from .settings import FORMATS, OutputSettings  # noqa: F401
     from .sizes import SIZE, parse_size  # noqa: F401

@@ -6,7 +6,7 @@ from __future__ import annotations
 import csv
 import sys
 from dataclasses import replace
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
@@ -52,6 +52,8 @@ class Output:
         self._in_live = False
         self._csv_header: list[str] | None = None
         self._event_columns: list[Column] | None = None
+        self._event_data_keys: list[str] | None = None
+        self._event_detail = None
         self._event_header_done = False
 
     @classmethod
@@ -317,10 +319,16 @@ class Output:
 
     # --- event streams ---
 
-    def event_columns(self, *columns: str | Column) -> None:
+    def event_columns(self, *columns: str | Column, data_keys: Sequence[str] | None = None,
+                      detail: Callable[[Mapping], Iterable[str]] | None = None) -> None:
         """Declare the event line layout (header text, key, width, alignment, format);
-        without it the columns come from the first event's keys."""
+        without it the columns come from the first event's keys. ``data_keys``: the keys a
+        CSV row carries instead of the columns' (a list value joined by ";"), as
+        ResultTable's; ``detail(record)``: lines printed indented under the event's line in
+        table format (a stack, say), which JSON and CSV carry in the record instead."""
         self._event_columns = [as_column(c) for c in columns]
+        self._event_data_keys = list(data_keys) if data_keys is not None else None
+        self._event_detail = detail
 
     def event(self, record: Mapping) -> None:
         """One event: an aligned line in table format (header printed once), one JSON object
@@ -332,12 +340,15 @@ class Output:
             data.update(record)
             self._write_line(to_json(data))
         elif self.format == "csv":
-            keys = [c.key for c in self._event_columns] if self._event_columns else list(record)
+            keys = self._event_data_keys or ([c.key for c in self._event_columns] if self._event_columns
+                                             else list(record))
             header = ["time", *keys] if when else keys
-            row = [plain(record.get(k)) for k in keys]
+            row = [_csv_cell(record.get(k)) for k in keys]
             self._csv_rows(header, [[iso_time(when), *row] if when else row])
         else:
             self._event_line(record, when)
+            for line in self._event_detail(record) if self._event_detail else ():
+                self._write_line(f"    {line}")
 
     def _event_line(self, record: Mapping, when) -> None:
         if self._event_columns is None:
@@ -355,7 +366,8 @@ class Output:
 
 def _csv_cell(value):
     """A list (a stack's frames) as one cell, its items joined by ";"."""
-    return ";".join(str(v) for v in value) if isinstance(value, (list, tuple)) else value
+    value = plain(value)
+    return ";".join(map(str, value)) if isinstance(value, (list, tuple)) else value
 
 
 def _table_dict(table: ResultTable) -> dict:

@@ -1,5 +1,6 @@
 """What every tool's Session shares: it is a context manager that ``close()``s (detaches and
-unloads) at the end of a ``with``. Each tool's ``open(config)`` returns one. And the choice
+unloads) at the end of a ``with``; an event tool's (EventSession) also hands out the events
+of its ring buffer. Each tool's ``open(config)`` returns one. And the choice
 tracepoint tools make between their typed (tp_btf) and raw (raw_tp) programs."""
 
 from __future__ import annotations
@@ -16,6 +17,42 @@ class ToolSession:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class EventSession(ToolSession):
+    """Base of a tool whose results are events from a ring buffer (runqslower, irqoff): it
+    sets ``self._obj`` (the loaded object) and ``self._reader`` (its ring buffer reader), and
+    defines ``_event(record)``, the record as the tool's dataclass."""
+
+    _obj = None
+    _reader = None
+
+    def _event(self, record):
+        raise NotImplementedError
+
+    def events(self, timeout: float | None = None):
+        """Yield events as they come, for ``timeout`` seconds (None: until Ctrl-C)."""
+        for record in self._reader.events(timeout=timeout):
+            yield self._event(record)
+
+    def poll(self, timeout_ms: int = 100) -> list:
+        """The events available now, waiting up to ``timeout_ms`` for the first."""
+        return [self._event(r) for r in self._reader.read_batch(timeout_ms)]
+
+    def drain(self) -> list:
+        """Every event still buffered, without waiting (what to print before exiting)."""
+        result: list = []
+        while batch := self.poll(0):
+            result.extend(batch)
+        return result
+
+    @property
+    def lost(self) -> int:
+        """Events the kernel dropped because the ring buffer was full."""
+        return self._reader.lost or 0
+
+    def close(self) -> None:
+        self._obj.close()
 
 
 def choose_typed_tracepoints(spec) -> bool:

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 
 from ...errors import ConfigError
 from ..config import ToolConfig, check_pid, check_tid
-from ..session import ToolSession, choose_typed_or_raw
+from ..session import EventSession, choose_typed_or_raw
 
 PROGRAM = os.path.join(os.path.dirname(__file__), "runqslower.bpf.c")
 TYPED_HOOK = "tp_btf sched_waking/sched_wakeup/sched_switch"
@@ -61,7 +61,7 @@ class Wakeup:
         return asdict(self)
 
 
-class Session(ToolSession):
+class Session(EventSession):
     """Loaded and attached until ``close()`` (or the end of a ``with``)."""
 
     def __init__(self, config: Config):
@@ -82,31 +82,7 @@ class Session(ToolSession):
         # the kernel stamps events with CLOCK_MONOTONIC; this turns them into wall-clock time
         self._epoch_offset = time.time() - time.monotonic()
 
-    def events(self, timeout: float | None = None):
-        """Yield Wakeups as they come, for ``timeout`` seconds (None: until Ctrl-C)."""
-        for record in self._reader.events(timeout=timeout):
-            yield self._wakeup(record)
-
-    def poll(self, timeout_ms: int = 100) -> list[Wakeup]:
-        """The Wakeups available now, waiting up to ``timeout_ms`` for the first."""
-        return [self._wakeup(r) for r in self._reader.read_batch(timeout_ms)]
-
-    def drain(self) -> list[Wakeup]:
-        """Every Wakeup still buffered, without waiting (what to print before exiting)."""
-        result: list[Wakeup] = []
-        while batch := self.poll(0):
-            result.extend(batch)
-        return result
-
-    @property
-    def lost(self) -> int:
-        """Events the kernel dropped because the ring buffer was full."""
-        return self._reader.lost or 0
-
-    def close(self) -> None:
-        self._obj.close()
-
-    def _wakeup(self, ev) -> Wakeup:
+    def _event(self, ev) -> Wakeup:
         return Wakeup(time=ev.ts / 1e9 + self._epoch_offset, comm=ev.comm, pid=ev.pid, tid=ev.tid,
                       delay_us=ev.delay_us, cpu=ev.cpu, prev_comm=ev.prev_comm, prev_tid=ev.prev_tid,
                       waker_comm=ev.waker_comm, waker_pid=ev.waker_pid)

@@ -278,3 +278,22 @@ def test_csv_joins_a_list_cell_with_semicolons(make_cli, runner):
     result = runner.invoke(make_cli(stacks_table), ["--format", "csv", "tool"])
     rows = list(csv.reader(io.StringIO(result.stdout)))
     assert rows[0] == ["time", "comm", "stack"] and rows[1][1:] == ["bash", "schedule;do_nanosleep"], rows
+
+
+def stack_events(out, **_):
+    out.event_columns(Column("PID", key="pid", width=5), Column("LAT", key="lat"),
+                      data_keys=["pid", "lat", "stack"], detail=lambda r: r["stack"] or ["(none)"])
+    out.event({"pid": 1, "lat": 30, "stack": ["inner+0x1", "outer+0x2"]})
+    out.event({"pid": 2, "lat": 40, "stack": []})
+
+
+def test_event_detail_lines_under_each_line_in_tables_only(make_cli, runner):
+    table = runner.invoke(make_cli(stack_events), ["tool"]).stdout.splitlines()
+    assert [line.split() for line in table] == [["PID", "LAT"], ["1", "30"], ["inner+0x1"], ["outer+0x2"],
+                                                 ["2", "40"], ["(none)"]]
+    assert table[2].startswith("    ")
+    rows = list(csv.reader(io.StringIO(runner.invoke(make_cli(stack_events), ["--format", "csv", "tool"]).stdout)))
+    assert rows == [["pid", "lat", "stack"], ["1", "30", "inner+0x1;outer+0x2"], ["2", "40", ""]]
+    events = [json.loads(line) for line in
+              runner.invoke(make_cli(stack_events), ["--format", "json", "tool"]).stdout.splitlines()]
+    assert events[0]["stack"] == ["inner+0x1", "outer+0x2"] and len(events) == 2

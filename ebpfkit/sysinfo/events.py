@@ -1,0 +1,40 @@
+"""Which event sources the kernel offers: a hardware PMU (its cycles event overflows in an
+NMI) and named tracepoints. The roots are parameters, so a test can point them at a fake
+tree."""
+
+from __future__ import annotations
+
+import os
+
+EVENT_SOURCES = "/sys/bus/event_source/devices"
+TRACING = "/sys/kernel/tracing"
+
+
+def hardware_pmu(devices_root: str = EVENT_SOURCES) -> bool:
+    """True when the CPU's performance-monitoring unit is a perf event source (x86 and arm64
+    name it ``cpu``, or ``armv8_pmuv3*`` on some arm64 machines)."""
+    try:
+        names = os.listdir(devices_root)
+    except OSError:
+        return False
+    return "cpu" in names or any(name.startswith("armv8_pmuv3") for name in names)
+
+
+def tracepoint_exists(group: str, name: str, tracing_root: str = TRACING) -> bool:
+    """True when tracefs (mounted at ``tracing_root``) lists the tracepoint group/name."""
+    return os.path.isdir(os.path.join(tracing_root, "events", group, name))
+
+
+def kallsyms_lists(names: set[str], kallsyms: str = "/proc/kallsyms") -> set[str]:
+    """Which of ``names`` /proc/kallsyms lists (data symbols, per-CPU variables among them,
+    are listed only with CONFIG_KALLSYMS_ALL; a BPF program's typed ksym needs them)."""
+    found: set[str] = set()
+    try:
+        with open(kallsyms, "rb") as f:
+            for line in f:
+                name = line.rstrip().rsplit(b" ", 1)[-1].decode(errors="replace")
+                if name in names:
+                    found.add(name)
+    except OSError:
+        pass
+    return found

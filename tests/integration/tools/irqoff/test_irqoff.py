@@ -1,0 +1,60 @@
+"""irqoff on the host kernel, in software mode (no PMU, no preemptirq tracepoints here): it
+picks that mode and says so (and doctor shows it), runs for its DURATION, writes -f LOGFILE
+instead of stdout, and leaves nothing in the kernel however it ends. What it reports is
+checked in the VM (tests/vm/test_irqoff_vm.py), where a test module makes sections of known
+length; the host allows no modules."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from helpers import ek, ek_json, signalled_run_leaves_nothing
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(os.geteuid() != 0, reason="loads BPF programs: needs root"),
+]
+
+SOFTWARE = "hrtimer sampling: cpu-clock ticks (stack when the tick ran)"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-t", "0"], "must be greater than 0, got 0.0"),
+    (["-t", "-5"], "must be greater than 0, got -5.0"),
+    (["-t", "abc"], "'abc' is not a valid float"),
+    (["0"], "0 is not in the range x>0"),
+    (["--mode", "fast"], "'fast' is not one of 'auto', 'exact', 'nmi', 'software'"),
+    (["--log-file-size", "0"], "too small"),
+    (["--log-file-backups", "-1"], "-1 is not in the range x>=0"),
+    (["--bogus"], "No such option"),
+])
+def test_bad_options_exit_2(capsys, args, message):
+    rc, _, err = ek(capsys, "irqoff", *args)
+    assert rc == 2 and message in err and "Traceback" not in err, err
+
+
+def test_doctor_shows_the_mode_it_would_pick(capsys):
+    report = ek_json(capsys, "doctor")
+    assert report["tools"]["irqoff"] == {"runs": True, "hook": SOFTWARE}, report["tools"]["irqoff"]
+    features = report["features"]
+    assert (features["pmu"]["status"], features["preemptirq"]["status"]) == ("unsupported", "unsupported"), features
+
+
+def test_it_runs_for_its_duration_in_software_mode_into_a_rotating_log_file(tmp_path):
+    log = tmp_path / "irqoff.log"
+    run = subprocess.run([sys.executable, "-m", "ebpfkit", "irqoff", "-t", "50", "-f", str(log), "2"],
+                         capture_output=True, text=True, timeout=120, env=dict(os.environ, NO_COLOR="1"))
+    assert run.returncode == 0, run.stderr
+    assert f"irqoff mode: software: {SOFTWARE}" in run.stderr, run.stderr
+    assert "for 2 s" in run.stderr and run.stdout == "", (run.stdout, run.stderr)
+    assert log.exists()  # the sections (if the host had any) went there, not to stdout
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
+def test_a_signal_leaves_nothing_attached(sig):
+    signalled_run_leaves_nothing(["irqoff", "--mode", "software", "-t", "50"], sig)
