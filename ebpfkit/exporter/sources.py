@@ -19,6 +19,7 @@ from ..tools.config import ToolConfig
 from ..tools.hardirqs import session as hardirqs
 from ..tools.iofsstat import session as iofsstat
 from ..tools.runqlat import session as runqlat
+from ..tools import task_times
 from ..tools.softirqs import session as softirqs
 from .labels import HistogramValue, MetricTable, drop_exited_cgroups
 
@@ -119,7 +120,7 @@ class RunqlatSource(Source):
             if self.options.by and key is None:
                 continue  # cgroups removed since: their series would be dropped at once
             labels = tuple(cgroup_labels(key).values()) if self.options.by else ()
-            value = self.latency.get(labels, lambda: HistogramValue([0] * runqlat.SLOTS, unit))
+            value = self.latency.get(labels, lambda: HistogramValue([0] * task_times.SLOTS, unit))
             value.add(hist.counts, (hist.sum or 0) * unit)
         if self.options.by:
             drop_exited_cgroups(self.latency, self.root)

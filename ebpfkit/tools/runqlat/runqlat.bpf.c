@@ -7,6 +7,7 @@
 #include <bpf/bpf_core_read.h>
 #include "ebpfkit.h"
 #include "ek_task.h"
+#include "ek_task_times.h"
 #include "runqlat.h"
 
 const volatile __u32 targ_key = RUNQLAT_KEY_NONE; /* what a histogram is kept per */
@@ -25,10 +26,8 @@ struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 10240);
 	__type(key, __u64); /* as targ_key says: tgid, tid, pidns, cgroup id; 0 for one histogram */
-	__type(value, struct runqlat_hist);
+	__type(value, struct ek_task_times);
 } hists SEC(".maps");
-
-static struct runqlat_hist zero_hist;
 
 /* The task became runnable: note when, if it is one to trace. Called for the woken task
  * in the waker's context, so the filters read the task's own fields, never current's. */
@@ -63,7 +62,6 @@ static __always_inline __u64 hist_key(struct task_struct *t)
 
 static __always_inline int switched(struct task_struct *prev, struct task_struct *next)
 {
-	struct runqlat_hist *hist;
 	__u32 tid;
 	__u64 *since, delta, key;
 
@@ -80,14 +78,8 @@ static __always_inline int switched(struct task_struct *prev, struct task_struct
 		return 0;
 
 	key = hist_key(next);
-	hist = ek_map_lookup_or_init(&hists, &key, &zero_hist);
-	if (!hist)
-		return 0;
-	if ((targ_key == RUNQLAT_KEY_TGID || targ_key == RUNQLAT_KEY_TID) && !hist->comm[0])
-		BPF_CORE_READ_STR_INTO(&hist->comm, next, comm);
-	__sync_fetch_and_add(&hist->sum_ns, delta);
-	delta /= targ_ms ? 1000000 : 1000;
-	__sync_fetch_and_add(&hist->slots[ek_hist_slot(delta, RUNQLAT_SLOTS)], 1);
+	ek_task_times_add(&hists, &key, next, delta, targ_ms ? 1000000 : 1000,
+			  targ_key == RUNQLAT_KEY_TGID || targ_key == RUNQLAT_KEY_TID);
 	return 0;
 }
 

@@ -29,7 +29,6 @@ from ..task_times import TaskTimesConfig
 PROGRAM = os.path.join(os.path.dirname(__file__), "runqlat.bpf.c")
 TYPED_HOOK = "tp_btf sched_wakeup/sched_switch"
 RAW_HOOK = "raw tracepoints sched_wakeup/sched_switch"
-SLOTS = 27  # RUNQLAT_SLOTS of runqlat.h: a histogram's slots, the last one holding every longer wait
 # RUNQLAT_KEY_* of runqlat.h: what the BPF side keeps a histogram per
 KEY_NONE, KEY_TGID, KEY_TID, KEY_PIDNS, KEY_CGROUP = range(5)
 BY = ("cgroup", "container")  # Config.by: a histogram per cgroup, or per container (or pod)
