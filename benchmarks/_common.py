@@ -108,6 +108,14 @@ def ebpfkit_feature(tool: Tool, name: str) -> tuple[bool, str]:
 
 # --- the VM (another kernel, where kprobes and fentry work) ----------------------------------
 
+BCC_TOOL_DIRS = ("/usr/sbin/{}-bpfcc", "/usr/share/bcc/tools/{}")  # Debian's bpfcc-tools, upstream's install
+
+
+def bcc_tool_path(name: str) -> str | None:
+    """Where BCC's tool ``name`` (e.g. "runqlat") is installed, or None."""
+    return next((p for p in (d.format(name) for d in BCC_TOOL_DIRS) if os.path.exists(p)), None)
+
+
 def in_vm() -> bool:
     """Inside a VM booted by `ebpfkit vm run` (same test as ebpfkit.vm.in_vm, without importing it)."""
     if os.environ.get("EBPFKIT_IN_VM") == "1":
@@ -131,8 +139,8 @@ def run_in_vm(script: Path, argv: list, kernel: str | None, timeout: float) -> i
     return subprocess.run(cmd, cwd=REPO, stdin=subprocess.DEVNULL).returncode
 
 
-def build_c(source: str | Path, exe: Path, required: bool = True) -> Path | None:
-    """Compile a benchmark's C loop (``source``: a path, or the text itself) with gcc -O2.
+def build_c(source: str | Path, exe: Path, required: bool = True, flags: tuple = ()) -> Path | None:
+    """Compile a benchmark's C loop (``source``: a path, or the text itself) with gcc -O2 (and ``flags``).
     Without a C compiler: exit saying how to get one, or (not ``required``) None."""
     cc = shutil.which("gcc") or shutil.which("cc")
     if not cc:
@@ -143,7 +151,7 @@ def build_c(source: str | Path, exe: Path, required: bool = True) -> Path | None
         path = exe.with_suffix(".c")
         path.write_text(source)
         source = path
-    subprocess.run([cc, "-O2", "-o", str(exe), str(source)], check=True)
+    subprocess.run([cc, "-O2", *flags, "-o", str(exe), str(source)], check=True)
     return exe
 
 

@@ -94,6 +94,13 @@ def bcc_kernel_env() -> tuple[dict | None, str]:
     return {"BCC_KERNEL_SOURCE": source}, f"BCC_KERNEL_SOURCE={source} (headers {name}{match})"
 
 
+def headers_match(env: dict) -> bool:
+    """Whether the headers ``env`` (from bcc_kernel_env) gives BCC are the running kernel's: only then
+    do BCC programs that read kernel structs (not just tracepoint fields) read the right offsets."""
+    source = env.get("BCC_KERNEL_SOURCE")
+    return not source or os.path.basename(os.path.normpath(source)) == os.uname().release
+
+
 if __name__ == "__main__":
     env, text = bcc_kernel_env()
     print(text)

@@ -34,7 +34,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
-from _common import BCC_PYTHON, build_c, foreign_syscall_hooks, in_vm, run_in_vm  # noqa: E402
+from _common import BCC_PYTHON, bcc_tool_path, build_c, foreign_syscall_hooks, in_vm, run_in_vm  # noqa: E402
 
 TARGET = 1.05
 VM_OPS = 100_000  # default --ops in the VM: emulated syscalls are ~10x slower
@@ -45,7 +45,6 @@ HOST_INTERVAL, VM_INTERVAL = 1.0, 60.0
 # Batches per loop (the fastest counts): in a VM under emulation, vCPU threads are preempted
 # often, so many short batches give the estimate a better chance of a clean one.
 BATCHES = 200 if in_vm() else 20
-FILETOP = ("/usr/sbin/filetop-bpfcc", "/usr/share/bcc/tools/filetop")
 
 LOOP_C = r"""
 /* iofs_loop read|write FILE N [BATCHES]: ns per 4 KiB op, fastest of BATCHES (default 20)
@@ -157,7 +156,7 @@ class Traced:
 
 def filetop_command(interval: float) -> tuple[list | None, dict, str]:
     """(argv, env, what) for BCC's filetop, or (None, {}, why not and how to get it)."""
-    path = next((p for p in FILETOP if os.path.exists(p)), None)
+    path = bcc_tool_path("filetop")
     if path is None:
         return None, {}, "not installed: apt-get install bpfcc-tools"
     from bcc_headers import bcc_kernel_env
