@@ -118,7 +118,7 @@ class LlvmSymbolizer:
         return [None] * len(requests)
 
     def _failed(self, exc: Exception) -> None:
-        self.close()
+        self.close(wait=0)
         self._failures += 1
         if isinstance(exc, (FileNotFoundError, PermissionError)) or self._failures >= self.MAX_FAILURES:
             self.problem = f"{self.path}: {exc}"
@@ -168,7 +168,8 @@ class LlvmSymbolizer:
                         deadline = time.monotonic() + self.timeout
         return [_parse_answer(line, vaddr) for line, (_, _, vaddr) in zip(lines.done, requests)]
 
-    def close(self) -> None:
+    def close(self, wait: float = 1.0) -> None:
+        """Stop the process: it exits when its input closes; killed if it has not in ``wait`` s."""
         proc, self._proc = self._proc, None
         self._sent.clear()
         if proc is None:
@@ -179,7 +180,7 @@ class LlvmSymbolizer:
             except OSError:
                 pass
         try:
-            proc.wait(timeout=1)  # stdin closed: it exits by itself
+            proc.wait(timeout=wait)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
@@ -264,22 +265,24 @@ class _Place(NamedTuple):
     path: str | None  # the file as llvm-symbolizer should open it; None: do not ask it
 
 
-def user_source_frames(pid: int, addresses: Sequence[int], *, callers: bool = False,
+def user_source_frames(pid: int, addresses: Sequence[int], *, return_addresses_from: int | None = None,
                        symbolizer: Symbolizer | None = None) -> list[list[SourceFrame]]:
     """For each address in pid's address space: the frames there, innermost (inlined) first, then the
     function that holds them. Falls back to the existing ELF symbol tables (symbols.ProcessSymbols) when
     llvm-symbolizer is missing or the file has no debug info, and to "[unknown]" with the module.
 
-    ``callers``: the addresses are a stack (innermost first) whose frames after the first are
-    return addresses; those resolve at the call instruction (address - 1), so file:line is the
-    line of the call, not of whatever follows it."""
+    ``return_addresses_from``: the addresses are a stack (innermost first) whose addresses from
+    this index on are return addresses: those resolve at their call instruction (address - 1), so
+    file:line is the line of the call, not of what follows it. 1 for a stack taken at the
+    current instruction (a sample, a uprobe), 0 for one taken at a uretprobe."""
     proc = (symbolizer or default_symbolizer()).process(pid)
     if proc is None:  # gone before its maps were read
         return [[UNKNOWN_FRAME] for _ in addresses]
     seen: dict = {}  # Mapping -> path for llvm-symbolizer, once per call
     places = []
     for i, addr in enumerate(addresses):
-        where = proc.locate(addr - 1 if callers and i else addr)
+        returned = return_addresses_from is not None and i >= return_addresses_from
+        where = proc.locate(addr - 1 if returned else addr)
         places.append(_Place(where, _symbolizer_path(proc, where, seen)))
     answers = _ask(places)
     return [_frames(place.where, answer) for place, answer in zip(places, answers)]

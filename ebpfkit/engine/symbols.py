@@ -693,9 +693,12 @@ class StackTraces:
         """Formatted frames ("vfs_read+0x12", "main+0x2f [app]"), innermost first."""
         return [s.format() for s in self.resolve(stack_id, pid, kernel)]
 
-    def source_frames(self, stack_id, pid: int | None = None, kernel: bool = True) -> list:
+    def source_frames(self, stack_id, pid: int | None = None, kernel: bool = True,
+                      return_addresses_from: int = 1) -> list:
         """The stack as ``srclines.SourceFrame``s, innermost first: function, file:line where
-        debug info has it, inlined frames before the function holding them, module."""
+        debug info has it, inlined frames before the function holding them, module. User
+        frames from ``return_addresses_from`` on are return addresses and resolve at their
+        call (0 for a stack taken at a uretprobe, where even the first one is)."""
         from .srclines import UNKNOWN_FRAME, kernel_source_frames, user_source_frames
 
         ips = self.get(stack_id)
@@ -703,8 +706,9 @@ class StackTraces:
             per_ip = kernel_source_frames(ips, kernel=self.symbolizer.kernel)
         elif pid is None:
             per_ip = [[UNKNOWN_FRAME] for _ in ips]
-        else:  # frames past the first are return addresses: file:line of the call
-            per_ip = user_source_frames(pid, ips, callers=True, symbolizer=self.symbolizer)
+        else:
+            per_ip = user_source_frames(pid, ips, return_addresses_from=return_addresses_from,
+                                        symbolizer=self.symbolizer)
         return [frame for frames in per_ip for frame in frames]
 
     def delete(self, stack_id) -> None:
