@@ -84,16 +84,12 @@ FLAGS = ["-g", "-O2", "-fno-omit-frame-pointer"]
 BPF = r"""
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
+#include "ebpfkit.h"
 
 const volatile int targ_tgid = 0;
 s32 entry_stack = -1, return_stack = -1;
 
-struct {
-    __uint(type, BPF_MAP_TYPE_STACK_TRACE);
-    __uint(max_entries, 64);
-    __uint(key_size, sizeof(u32));
-    __uint(value_size, 127 * sizeof(u64));
-} stacks SEC(".maps");
+EK_STACK_MAP(stacks, 64);
 
 static __always_inline int mine(void)
 {
