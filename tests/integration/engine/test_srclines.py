@@ -20,10 +20,9 @@ from ebpfkit.engine import srclines
 from ebpfkit.engine.srclines import SourceFrame, user_source_frames
 from ebpfkit.engine.symbols import UNKNOWN, StackTraces, Symbolizer
 
-pytestmark = [
-    pytest.mark.skipif(not (shutil.which("gcc") and shutil.which("g++")), reason="needs gcc and g++"),
-    pytest.mark.skipif(srclines.find_llvm_symbolizer() is None, reason="needs llvm-symbolizer (ships with clang)"),
-]
+pytestmark = pytest.mark.skipif(not (shutil.which("gcc") and shutil.which("g++")), reason="needs gcc and g++")
+needs_symbolizer = pytest.mark.skipif(srclines.find_llvm_symbolizer() is None,
+                                      reason="needs llvm-symbolizer (Debian's llvm, installed with clang)")
 
 LIBRARY = r"""
 __attribute__((noinline)) int lib_work(int x) { __asm__ volatile(""); return x * 3 + 1; } /* L:lib_work */
@@ -132,8 +131,9 @@ def _build(tmp_path, strip_debug: bool = False):
     subprocess.run(["gcc", *FLAGS, "-shared", "-fPIC", "-o", str(lib), str(lib_src)], check=True)
     subprocess.run(["gcc", *FLAGS, "-o", str(exe), str(src), f"-L{tmp_path}", "-lsrcl",
                     f"-Wl,-rpath,{tmp_path}"], check=True)
-    if strip_debug:
-        subprocess.run(["strip", "--strip-debug", str(exe), str(lib)], check=True)
+    if strip_debug:  # the program keeps .symtab, the library only .dynsym
+        subprocess.run(["strip", "--strip-debug", str(exe)], check=True)
+        subprocess.run(["strip", "--strip-all", str(lib)], check=True)
     return lib, exe
 
 
@@ -180,6 +180,7 @@ def fresh_symbolizer():
 
 # --- real stacks from a uprobe and a uretprobe -------------------------------------------------
 
+@needs_symbolizer
 @pytest.mark.integration
 def test_uprobe_stacks_name_function_file_line_inline_frame_and_module(program, fresh_symbolizer):
     child, lib, _ = program
@@ -214,6 +215,7 @@ def test_uprobe_stacks_name_function_file_line_inline_frame_and_module(program, 
 
 # --- addresses the program printed --------------------------------------------------------------
 
+@needs_symbolizer
 def test_cxx_function_comes_out_demangled_with_its_line(tmp_path, fresh_symbolizer):
     src, exe = tmp_path / "leaky.cpp", tmp_path / "leaky"
     src.write_text(CXX_PROGRAM)
@@ -259,6 +261,7 @@ def test_without_llvm_symbolizer_names_come_from_the_symbol_table(program, monke
         assert tool is None
 
 
+@needs_symbolizer
 @pytest.mark.skipif(os.geteuid() != 0, reason="/proc/PID/map_files needs root")
 def test_deleted_binary_still_resolves_through_proc(program, fresh_symbolizer):
     child, _, exe = program
@@ -269,6 +272,7 @@ def test_deleted_binary_still_resolves_through_proc(program, fresh_symbolizer):
     assert (frame.function, os.path.basename(frame.file), frame.module) == ("leak_here", "srcl.c", "srcl")
 
 
+@needs_symbolizer
 def test_exited_process_resolves_through_the_maps_read_before(program, fresh_symbolizer):
     child, _, exe = program
     symbolizer = Symbolizer()
@@ -292,6 +296,7 @@ def test_unknown_pid_and_unmapped_addresses_are_unknown(program, fresh_symbolize
     assert user_source_frames(gone.pid, [child.addresses[0]]) == [[SourceFrame(UNKNOWN, None, None, False, "")]]
 
 
+@needs_symbolizer
 def test_answers_are_cached_per_file_and_address(program, fresh_symbolizer):
     child, _, _ = program
     first = user_source_frames(child.pid, child.addresses)
