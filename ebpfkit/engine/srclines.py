@@ -275,17 +275,32 @@ def user_source_frames(pid: int, addresses: Sequence[int], *, return_addresses_f
     this index on are return addresses: those resolve at their call instruction (address - 1), so
     file:line is the line of the call, not of what follows it. 1 for a stack taken at the
     current instruction (a sample, a uprobe), 0 for one taken at a uretprobe."""
+    return user_source_stacks(pid, [addresses], return_addresses_from=return_addresses_from,
+                              symbolizer=symbolizer, flat=False)[0]
+
+
+def user_source_stacks(pid: int, stacks: Sequence[Sequence[int]], *, return_addresses_from: int | None = 1,
+                       symbolizer: Symbolizer | None = None, flat: bool = True) -> list[list]:
+    """Several stacks of pid (each innermost first) resolved in one exchange with llvm-symbolizer:
+    for each stack its SourceFrames, inlined frames in place (``flat``), else one list per address
+    as user_source_frames gives."""
     proc = (symbolizer or default_symbolizer()).process(pid)
-    if proc is None:  # gone before its maps were read
-        return [[UNKNOWN_FRAME] for _ in addresses]
     seen: dict = {}  # Mapping -> path for llvm-symbolizer, once per call
-    places = []
-    for i, addr in enumerate(addresses):
-        returned = return_addresses_from is not None and i >= return_addresses_from
-        where = proc.locate(addr - 1 if returned else addr)
-        places.append(_Place(where, _symbolizer_path(proc, where, seen)))
-    answers = _ask(places)
-    return [_frames(place.where, answer) for place, answer in zip(places, answers)]
+    places = [[_place(proc, addr, return_addresses_from is not None and i >= return_addresses_from, seen)
+               for i, addr in enumerate(stack)] for stack in stacks]
+    answers = iter(_ask([place for stack in places for place in stack]))
+    out = []
+    for stack in places:
+        per_address = [_frames(place.where, next(answers)) for place in stack]
+        out.append([frame for frames in per_address for frame in frames] if flat else per_address)
+    return out
+
+
+def _place(proc: ProcessSymbols | None, addr: int, returned: bool, seen: dict) -> _Place:
+    if proc is None:  # gone before its maps were read
+        return _Place(Location(None, addr), None)
+    where = proc.locate(addr - 1 if returned else addr)
+    return _Place(where, _symbolizer_path(proc, where, seen))
 
 
 def kernel_source_frames(addresses: Sequence[int], *, kernel: KernelSymbols | None = None) -> list[list[SourceFrame]]:

@@ -699,17 +699,15 @@ class StackTraces:
         debug info has it, inlined frames before the function holding them, module. User
         frames from ``return_addresses_from`` on are return addresses and resolve at their
         call (0 for a stack taken at a uretprobe, where even the first one is)."""
-        from .srclines import UNKNOWN_FRAME, kernel_source_frames, user_source_frames
+        from .srclines import UNKNOWN_FRAME, kernel_source_frames, user_source_stacks
 
         ips = self.get(stack_id)
         if kernel:
-            per_ip = kernel_source_frames(ips, kernel=self.symbolizer.kernel)
-        elif pid is None:
-            per_ip = [[UNKNOWN_FRAME] for _ in ips]
-        else:
-            per_ip = user_source_frames(pid, ips, return_addresses_from=return_addresses_from,
-                                        symbolizer=self.symbolizer)
-        return [frame for frames in per_ip for frame in frames]
+            return [frames[0] for frames in kernel_source_frames(ips, kernel=self.symbolizer.kernel)]
+        if pid is None:
+            return [UNKNOWN_FRAME] * len(ips)
+        return user_source_stacks(pid, [ips], return_addresses_from=return_addresses_from,
+                                  symbolizer=self.symbolizer)[0]
 
     def delete(self, stack_id) -> None:
         """Free a stack id (the map is not reference counted: a tool frees what it read)."""

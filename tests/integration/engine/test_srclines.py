@@ -17,7 +17,7 @@ import pytest
 
 import ebpfkit
 from ebpfkit.engine import srclines
-from ebpfkit.engine.srclines import SourceFrame, user_source_frames
+from ebpfkit.engine.srclines import SourceFrame, user_source_frames, user_source_stacks
 from ebpfkit.engine.symbols import UNKNOWN, StackTraces, Symbolizer
 
 pytestmark = pytest.mark.skipif(not (shutil.which("gcc") and shutil.which("g++")), reason="needs gcc and g++")
@@ -305,3 +305,18 @@ def test_answers_are_cached_per_file_and_address(program, fresh_symbolizer):
     assert again == first * 50
     assert time.perf_counter() - started < 0.5
     assert len(srclines._answers) == 2
+
+
+@needs_symbolizer
+def test_several_stacks_resolve_in_one_exchange(program, fresh_symbolizer, monkeypatch):
+    child, _, _ = program
+    [leak], [lib] = user_source_frames(child.pid, child.addresses)
+    srclines.reset_llvm_symbolizer()
+    tool = srclines.llvm_symbolizer()
+    batches = []
+    real = tool.symbolize
+    monkeypatch.setattr(tool, "symbolize", lambda requests: batches.append(len(requests)) or real(requests))
+    leak_at, lib_at = child.addresses
+    stacks = user_source_stacks(child.pid, [[lib_at], [lib_at, leak_at + 1]])  # leak_at + 1 - 1: its entry
+    assert stacks == [[lib], [lib, leak]]
+    assert batches == [2]  # both files asked once, together
