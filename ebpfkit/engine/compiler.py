@@ -73,7 +73,8 @@ def _search_dirs() -> list[str]:
     return os.environ.get("PATH", "").split(os.pathsep) + [d for d in llvm if os.path.isdir(d)]
 
 
-def _clang_candidates(dirs: list[str]) -> list[str]:
+def _tool_candidates(dirs: list[str], tool: str = "clang") -> list[str]:
+    """Executables named TOOL or TOOL-N in ``dirs``, symlinks resolved, each once, in search order."""
     seen, found = set(), []
     for d in dirs:
         try:
@@ -81,7 +82,7 @@ def _clang_candidates(dirs: list[str]) -> list[str]:
         except OSError:
             continue
         for name in names:
-            if name == "clang" or (name.startswith("clang-") and name[6:].isdigit()):
+            if name == tool or _numbered(name, tool) is not None:
                 path = os.path.realpath(os.path.join(d, name))
                 if path not in seen and os.access(path, os.X_OK):
                     seen.add(path)
@@ -89,15 +90,26 @@ def _clang_candidates(dirs: list[str]) -> list[str]:
     return found
 
 
-def _major_in_path(path: str) -> int | None:
-    """N of /usr/lib/llvm-N/bin/clang (Debian, Ubuntu) or of .../clang-N (Fedora)."""
+def _numbered(name: str, tool: str) -> int | None:
+    """N of TOOL-N (clang-14, llvm-symbolizer-14)."""
+    suffix = name[len(tool) + 1:]
+    return int(suffix) if name.startswith(tool + "-") and suffix.isdigit() else None
+
+
+def _major_in_path(path: str, tool: str = "clang") -> int | None:
+    """N of /usr/lib/llvm-N/bin/TOOL (Debian, Ubuntu) or of .../TOOL-N (Fedora)."""
     *dirs, name = path.split("/")
     for d in dirs:
         if d.startswith("llvm-") and d[5:].isdigit():
             return int(d[5:])
-    if name.startswith("clang-") and name[6:].isdigit():
-        return int(name[6:])
-    return None
+    return _numbered(name, tool)
+
+
+def llvm_tool_candidates(tool: str) -> list[str]:
+    """Every TOOL or TOOL-N (an LLVM tool such as llvm-symbolizer) on PATH and in
+    /usr/lib/llvm-N/bin, newest major version first; the search clang uses."""
+    found = _tool_candidates(_search_dirs(), tool)
+    return sorted(found, key=lambda path: -(_major_in_path(path, tool) or 0))  # stable: PATH order among equals
 
 
 def _clang_version(path: str) -> Clang:
@@ -150,7 +162,7 @@ def find_clang(path: str | None = None) -> Clang | None:
     if memo and memo.get("ident") == ident and (memo["path"] is None or os.path.exists(memo["path"])):
         return _clang_version(memo["path"]) if memo["path"] else None
     best = None
-    for candidate in _clang_candidates(dirs):
+    for candidate in _tool_candidates(dirs):
         clang = _clang_version(candidate)
         if clang.major >= MIN_CLANG and (best is None or clang.major > best.major):
             best = clang

@@ -229,6 +229,8 @@ class ElfSymbols:
     Symbols are kept by virtual address (as the file states them); ``file_offset_to_vaddr``
     maps an address of a running process to them, whatever the load bias (PIE, .so)."""
 
+    identity: tuple | None = None  # (device, inode, mtime, size), set by elf_symbols()
+
     def __init__(self, path: str):
         self.path = path
         with open(path, "rb") as f:
@@ -410,13 +412,18 @@ _elf_cache: OrderedDict = OrderedDict()
 _elf_lock = threading.Lock()
 
 
+def file_identity(path: str) -> tuple:
+    """(device, inode, mtime, size) of ``path``: changes when the file is replaced or rewritten."""
+    st = os.stat(path)
+    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+
+
 def elf_symbols(path: str) -> ElfSymbols:
     """Parsed symbols of ``path``, cached by file identity (device, inode, mtime, size)."""
     try:
-        st = os.stat(path)
+        key = file_identity(path)
     except OSError as exc:
         raise SymbolError(f"cannot open {path}: {exc.strerror}") from None
-    key = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
     with _elf_lock:
         cached = _elf_cache.get(key)
         if cached is not None:
@@ -428,6 +435,7 @@ def elf_symbols(path: str) -> ElfSymbols:
         raise SymbolError(f"cannot read {path}: {exc.strerror}") from None
     except (struct.error, ValueError, IndexError):
         raise SymbolError(f"{path} is a truncated or malformed ELF file") from None
+    elf.identity = key
     with _elf_lock:
         _elf_cache[key] = elf
         while len(_elf_cache) > _ELF_CACHE_SIZE:
@@ -466,6 +474,19 @@ class Mapping(NamedTuple):
     offset: int
     inode: int
     path: str
+
+
+class Location(NamedTuple):
+    """Where an address of a process lies: its ``module`` (a file's basename, a pseudo mapping
+    like [vdso], or None outside every mapping), the ``offset`` inside it (the file offset for
+    files, else from the mapping's start, else the raw address), and for a readable ELF file
+    the parsed file and the address as the file states it (``vaddr``)."""
+
+    module: str | None
+    offset: int
+    mapping: Mapping | None = None
+    elf: ElfSymbols | None = None
+    vaddr: int | None = None
 
 
 _DELETED = " (deleted)"
@@ -533,18 +554,29 @@ class ProcessSymbols:
         return None
 
     def resolve(self, addr: int) -> Symbol:
+        where = self.locate(addr)
+        hit = where.elf.resolve_vaddr(where.vaddr) if where.vaddr is not None else None
+        if hit is None:
+            return Symbol(UNKNOWN, where.offset, where.module)
+        return Symbol(hit[0], hit[1], where.module)
+
+    def locate(self, addr: int) -> Location:
         m = self.mapping(addr)
         if m is None:
-            return Symbol(UNKNOWN, addr, None)
+            return Location(None, addr)
         if not m.path.startswith("/"):
-            return Symbol(UNKNOWN, addr - m.start, m.path or "[anon]")
+            return Location(m.path or "[anon]", addr - m.start, m)
         elf, module = self._elf(m)
         file_offset = addr - m.start + m.offset
         vaddr = elf.file_offset_to_vaddr(file_offset) if elf else None
-        hit = elf.resolve_vaddr(vaddr) if vaddr is not None else None
-        if hit is None:
-            return Symbol(UNKNOWN, file_offset, module)
-        return Symbol(hit[0], hit[1], module)
+        return Location(module, file_offset, m, elf, vaddr)
+
+    def file_candidates(self, m: Mapping) -> tuple[str, ...]:
+        """Paths under which the file of mapping ``m`` may be visible (the first may be another
+        file by now: check its identity): via /proc (deleted files, containers), else by its path."""
+        path = m.path.removesuffix(_DELETED)
+        proc = f"/proc/{self.pid}"
+        return f"{proc}/map_files/{m.start:x}-{m.end:x}", f"{proc}/root{path}", path
 
     def _elf(self, m: Mapping) -> tuple[ElfSymbols | None, str]:
         entry = self._elfs.get(m)
@@ -553,11 +585,9 @@ class ProcessSymbols:
         return entry
 
     def _open_elf(self, m: Mapping) -> ElfSymbols | None:
-        """The mapped file, found where it is visible: via /proc (deleted files, containers),
-        else by its path; only if it still is the mapped inode (files get replaced, pids reused)."""
-        path = m.path.removesuffix(_DELETED)
-        proc = f"/proc/{self.pid}"
-        for candidate in (f"{proc}/map_files/{m.start:x}-{m.end:x}", f"{proc}/root{path}", path):
+        """The mapped file, found where it is visible, only if it still is the mapped inode
+        (files get replaced, pids reused)."""
+        for candidate in self.file_candidates(m):
             if not _same_inode(candidate, m.inode):
                 continue
             try:
@@ -662,6 +692,22 @@ class StackTraces:
     def symbolize(self, stack_id, pid: int | None = None, kernel: bool = True) -> list[str]:
         """Formatted frames ("vfs_read+0x12", "main+0x2f [app]"), innermost first."""
         return [s.format() for s in self.resolve(stack_id, pid, kernel)]
+
+    def source_frames(self, stack_id, pid: int | None = None, kernel: bool = True,
+                      return_addresses_from: int = 1) -> list:
+        """The stack as ``srclines.SourceFrame``s, innermost first: function, file:line where
+        debug info has it, inlined frames before the function holding them, module. User
+        frames from ``return_addresses_from`` on are return addresses and resolve at their
+        call (0 for a stack taken at a uretprobe, where even the first one is)."""
+        from .srclines import UNKNOWN_FRAME, kernel_source_frames, user_source_stacks
+
+        ips = self.get(stack_id)
+        if kernel:
+            return [frames[0] for frames in kernel_source_frames(ips, kernel=self.symbolizer.kernel)]
+        if pid is None:
+            return [UNKNOWN_FRAME] * len(ips)
+        return user_source_stacks(pid, [ips], return_addresses_from=return_addresses_from,
+                                  symbolizer=self.symbolizer)[0]
 
     def delete(self, stack_id) -> None:
         """Free a stack id (the map is not reference counted: a tool frees what it read)."""

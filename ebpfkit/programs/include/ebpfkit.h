@@ -48,6 +48,16 @@ static __always_inline void ek_count_lost(void *lost_map)
 		__err;                                                           \
 	})
 
+/* A BPF_MAP_TYPE_STACK_TRACE map for bpf_get_stackid (127 frames, the kernel's most), read
+ * by ebpfkit's StackTraces: EK_STACK_MAP(stacks, 4096); */
+#define EK_STACK_MAP(name, entries)                                              \
+	struct {                                                                 \
+		__uint(type, BPF_MAP_TYPE_STACK_TRACE);                          \
+		__uint(max_entries, entries);                                    \
+		__uint(key_size, sizeof(__u32));                                 \
+		__uint(value_size, 127 * sizeof(__u64));                         \
+	} name SEC(".maps")
+
 /* Keep a type in the object's BTF so user space can decode records of it: clang drops a
  * struct that only local variables use. EK_EXPORT_TYPE(struct event); at file scope. */
 #define __EK_CAT2(a, b) a##b

@@ -23,6 +23,7 @@ pytestmark = [
 BPF = r"""
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
+#include "ebpfkit.h"
 
 const volatile int targ_tgid = 0;
 
@@ -32,12 +33,7 @@ struct sample_key {
     s32 kernel_stack;
 };
 
-struct {
-    __uint(type, BPF_MAP_TYPE_STACK_TRACE);
-    __uint(max_entries, 4096);
-    __uint(key_size, sizeof(u32));
-    __uint(value_size, 127 * sizeof(u64));
-} stacks SEC(".maps");
+EK_STACK_MAP(stacks, 4096);
 
 struct {
     __uint(type, BPF_MAP_TYPE_HASH);
