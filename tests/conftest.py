@@ -391,14 +391,15 @@ def iofsstat_run():
 _SECTION_FEATURE = {"tp": "tracepoint", "tracepoint": "tracepoint", "raw_tp": "raw_tp", "tp_btf": "tp_btf",
                     "fentry": "fentry", "fexit": "fexit", "lsm": "lsm", "kprobe": "kprobe",
                     "kretprobe": "kprobe", "xdp": "xdp_native", "sockops": "sockops", "sk_msg": "sk_msg",
-                    "sk_skb": "sk_msg", "perf_event": "perf_event"}
+                    "sk_skb": "sk_msg", "perf_event": "perf_event", "uprobe": "uprobe", "uretprobe": "uprobe"}
 
 
 class EveryProgram:
     """Loads an ObjectSpec with every program this kernel runs (as its feature probes say) and
     attaches each on a hook of its kind: tracing and LSM programs where their section names,
     XDP on a veth in a namespace the test made, sockops on a child cgroup, sk_msg/sk_skb on
-    the object's SOCKHASH, perf_event programs on cpu-clock sampling of every CPU. Everything is closed at the end of the test."""
+    the object's SOCKHASH, perf_event programs on cpu-clock sampling of every CPU, uprobes
+    and uretprobes on this process's malloc (in its libc). Everything is closed at the end of the test."""
 
     def __init__(self, veth_pair, netns, cgroup):
         self.veth, self.netns, self.cgroup = veth_pair, netns, cgroup
@@ -441,6 +442,11 @@ class EveryProgram:
             return prog.attach_sockmap(sockhash)
         if kind == "perf_event":
             return prog.attach_perf_event(frequency=99)
+        if kind == "uprobe":
+            from ebpfkit.engine.symbols import read_maps
+
+            libc = next(m.path for m in read_maps(os.getpid()) if os.path.basename(m.path).startswith("libc.so"))
+            return prog.attach_uprobe(libc, "malloc", pid=os.getpid(), retprobe=prog.section.startswith("uretprobe"))
         return prog.attach()
 
     def close(self):

@@ -66,13 +66,14 @@ def global_options(func):
     return wrapper
 
 
-def tool_options(func=None, *, output: bool = True):
+def tool_options(func=None, *, output: bool = True, short_timestamp: bool = True):
     """Tool decorator: -T/--timestamp, and --format/--output that override the global ones
     (so both ``ebpfkit --format json runqlat`` and ``ebpfkit runqlat --format json`` work).
     ``@tool_options(output=False)`` leaves --output out, for a tool whose own --output names
-    something else (iotrace record's record file)."""
+    something else (iotrace record's record file); ``short_timestamp=False`` leaves -T to
+    the tool (memleak's -T TOP, as BCC's), --timestamp staying."""
     if func is None:
-        return functools.partial(tool_options, output=output)
+        return functools.partial(tool_options, output=output, short_timestamp=short_timestamp)
 
     @functools.wraps(func)
     def wrapper(*args, timestamp, output_format, output_file=None, **kwargs):
@@ -83,7 +84,8 @@ def tool_options(func=None, *, output: bool = True):
         return func(*args, **kwargs)
 
     options = [
-        click.option("-T", "--timestamp", is_flag=True, help="Include the time on each output."),
+        click.option(*(["-T"] if short_timestamp else []), "--timestamp", is_flag=True,
+                     help="Include the time on each output."),
         _format_option(None),
         *([_output_option()] if output else []),
     ]

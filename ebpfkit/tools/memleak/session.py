@@ -1,0 +1,259 @@
+"""memleak's session: uprobes on a process's allocator (memleak.bpf.c), and, at each
+``sample()``, what it allocated and has not freed, by stack. No click, no printing::
+
+    from ebpfkit.tools import memleak
+    with memleak.open(pid=1234) as session:           # or command="./app --flag"
+        time.sleep(5)
+        sample = session.sample()
+        for stack in sample.stacks:                   # StackAllocs, most bytes first
+            print(stack.bytes, stack.count, stack.oldest_ms, stack.growing)
+            print("\\n".join(map(str, stack.frames)))  # frames: objects with a str()
+        print(sample.counters)                        # what could not be recorded, and why
+
+Only the process is traced (the uprobes are attached for its PID). ``command`` starts a
+program held before its exec until every probe is attached, so it allocates nothing unseen;
+the session kills it at close if it still runs. ``combined_only`` keeps per-stack totals in
+the kernel (atomic adds) instead of reading every allocation: no ages, no ``min_age_ms``.
+A stack is ``growing`` when its outstanding bytes grew at each of the last
+``growth_intervals`` samples.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, field
+
+from ...errors import ConfigError
+from ..config import ToolConfig, check_choice, check_exclusive, check_pid, check_positive
+from ..session import ToolSession
+from . import libraries
+
+PROGRAM = os.path.join(os.path.dirname(__file__), "memleak.bpf.c")
+ALLOCATORS = tuple(libraries.PRESETS)
+COUNTERS = ("allocs", "frees", "stack_missed", "allocs_full", "unknown_frees", "threads_full")
+MISSED_STACK = "[stack not recorded: stack map full]"
+KERNEL_MODE_LATER = ("kernel mode (no -p/-c) is not available yet: give -p PID to trace a "
+                     "process, or -c CMD to start one")
+
+
+@dataclass(frozen=True)
+class Config(ToolConfig):
+    pid: int | None = None               # trace this process
+    command: str | None = None           # or start this command line ("CMD ARGS")
+    min_age_ms: int = 0                  # only allocations at least this old (-o)
+    show_allocs: bool = False            # each outstanding allocation too (-a)
+    combined_only: bool = False          # per-stack totals kept in the kernel
+    min_size: int | None = None          # bytes (-z)
+    max_size: int | None = None          # bytes (-Z)
+    sample_every: int = 1                # record one allocation in N (-s)
+    allocator: str | None = None         # glibc, jemalloc, tcmalloc (None: detect from the maps)
+    library: str | None = None           # probe the allocator functions of this file (-O)
+    growth_intervals: int = 3            # K: growing when the bytes grew at each of the last K samples
+    stack_storage_size: int = 16384      # distinct stacks the kernel can keep
+    max_allocations: int = 262144        # outstanding allocations the kernel can keep
+
+    def validate(self) -> None:
+        if self.pid is None and self.command is None:
+            raise ConfigError("pid", KERNEL_MODE_LATER)
+        check_exclusive("pid", self.pid, command=self.command is not None)
+        check_pid("pid", self.pid)
+        if self.command is not None and not self.argv:
+            raise ConfigError("command", "is empty")
+        check_exclusive("combined_only", self.combined_only, min_age_ms=self.min_age_ms,
+                        show_allocs=self.show_allocs)
+        check_exclusive("library", self.library, allocator=self.allocator)
+        if self.allocator is not None:
+            check_choice("allocator", self.allocator, ALLOCATORS)
+        if self.min_age_ms < 0:
+            raise ConfigError("min_age_ms", f"must be 0 or more, got {self.min_age_ms}")
+        if self.min_size is not None and self.min_size < 0:
+            raise ConfigError("min_size", f"must be 0 or more, got {self.min_size}")
+        if self.max_size is not None and self.max_size < (self.min_size or 0):
+            raise ConfigError("max_size", f"must be at least min_size ({self.min_size or 0}), "
+                                          f"got {self.max_size}")
+        for name in ("sample_every", "growth_intervals", "stack_storage_size", "max_allocations"):
+            check_positive(name, getattr(self, name))
+
+    @property
+    def argv(self) -> list[str]:
+        try:
+            return shlex.split(self.command or "")
+        except ValueError as exc:
+            raise ConfigError("command", f"cannot be split into arguments: {exc}") from None
+
+
+@dataclass(frozen=True)
+class Allocation:
+    address: int
+    size: int
+    age_ms: int
+
+
+@dataclass(frozen=True)
+class StackAllocs:
+    """What is outstanding from one user stack."""
+
+    stack_id: int
+    bytes: int
+    count: int
+    oldest_ms: int | None            # age of its oldest allocation (None with combined_only)
+    growing: bool                    # its bytes grew at each of the last K samples
+    frames: tuple = ()               # innermost first: objects with a str()
+    allocations: tuple[Allocation, ...] = ()  # with show_allocs
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["frames"] = [str(f) for f in self.frames]
+        return data
+
+
+@dataclass(frozen=True)
+class Sample:
+    stacks: list[StackAllocs]           # most bytes first
+    counters: dict[str, int] = field(default_factory=dict)  # since the start, by COUNTERS name
+
+
+class Session(ToolSession):
+    """Loaded and attached until ``close()`` (or the end of a ``with``)."""
+
+    def __init__(self, config: Config):
+        from ...engine import compile as compile_bpf
+        from ...engine.symbols import StackTraces, Symbolizer
+
+        self.config = config
+        self.process: subprocess.Popen | None = None
+        self._obj = None
+        self._history: dict[int, deque] = {}
+        self._hold = None  # the pipe a started command waits on until the probes are attached
+        try:
+            if config.command is not None:
+                self.process, self._hold, libs = _start_held(config.argv)
+                self.pid = self.process.pid
+            else:
+                self.pid = config.pid
+                libs = libraries.mapped_libraries(self.pid)
+            self.plan = libraries.plan(libs, config.allocator, config.library)
+            spec = compile_bpf(PROGRAM)
+            spec.rodata.update({
+                "targ_tgid": self.pid, "min_size": config.min_size or 0,
+                "max_size": (1 << 64) - 1 if config.max_size is None else config.max_size,
+                "sample_every": config.sample_every, "combined_only": config.combined_only})
+            spec.maps["stacks"].max_entries = config.stack_storage_size
+            spec.maps["allocs"].max_entries = config.max_allocations
+            self._obj = spec.load()
+            for probe in self.plan.probes:
+                self._obj.programs[probe.program].attach_uprobe(
+                    probe.path, offset=probe.offset, pid=self.pid, retprobe=probe.retprobe)
+            self._symbolizer = Symbolizer()
+            self._stacks = StackTraces(self._obj.maps["stacks"], self._symbolizer)
+            self._release()
+        except BaseException:
+            self.close()
+            raise
+
+    # --- results ---
+
+    def sample(self) -> Sample:
+        """What is outstanding now, by stack (most bytes first), and the counters."""
+        if self.config.combined_only:
+            totals = {_signed(k): (v.bytes, v.count, None, ()) for k, v in self._obj.maps["combined"].items()}
+        else:
+            totals = self._outstanding_by_stack()
+        stacks = []
+        for stack_id, (nbytes, count, oldest, allocs) in totals.items():
+            growing = self._grew(stack_id, nbytes)
+            if count <= 0:
+                continue
+            stacks.append(StackAllocs(stack_id, nbytes, count, oldest, growing, self._frames(stack_id),
+                                      allocs))
+        stacks.sort(key=lambda s: (-s.bytes, -s.count, s.stack_id))
+        return Sample(stacks, self.counters())
+
+    def counters(self) -> dict[str, int]:
+        values = dict(self._obj.maps["counters"].items())
+        return {name: int(values.get(i, 0)) for i, name in enumerate(COUNTERS)}
+
+    @property
+    def exited(self) -> bool:
+        """The command (or the process) has ended."""
+        if self.process is not None:
+            return self.process.poll() is not None
+        return not os.path.exists(f"/proc/{self.pid}")
+
+    def close(self) -> None:
+        if self._hold is not None:
+            os.close(self._hold)
+            self._hold = None
+        if self._obj is not None:
+            self._obj.close()
+            self._obj = None
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    # --- inside ---
+
+    def _release(self) -> None:
+        """Let the started command exec (it waits for a line on its pipe)."""
+        if self._hold is not None:
+            os.write(self._hold, b"\n")
+            os.close(self._hold)
+            self._hold = None
+
+    def _outstanding_by_stack(self) -> dict[int, tuple]:
+        now = time.monotonic_ns()
+        min_age_ns = self.config.min_age_ms * 1_000_000
+        by_stack: dict[int, list] = {}
+        for address, info in self._obj.maps["allocs"].items():
+            age_ns = now - info.timestamp_ns
+            if age_ns < min_age_ns:
+                continue
+            entry = by_stack.setdefault(info.stack_id, [0, 0, 0, []])
+            entry[0] += info.size
+            entry[1] += 1
+            entry[2] = max(entry[2], age_ns)
+            if self.config.show_allocs:
+                entry[3].append(Allocation(address, info.size, max(age_ns, 0) // 1_000_000))
+        return {sid: (b, n, max(age, 0) // 1_000_000, tuple(sorted(a, key=lambda x: -x.age_ms)))
+                for sid, (b, n, age, a) in by_stack.items()}
+
+    def _grew(self, stack_id: int, nbytes: int) -> bool:
+        k = self.config.growth_intervals
+        seen = self._history.setdefault(stack_id, deque(maxlen=k + 1))
+        seen.append(nbytes)
+        return len(seen) == k + 1 and all(a < b for a, b in zip(seen, list(seen)[1:]))
+
+    def _frames(self, stack_id: int) -> tuple:
+        from .stacks import user_frames
+
+        if stack_id < 0:
+            return (MISSED_STACK,)
+        return tuple(user_frames(self._symbolizer, self.pid, self._stacks.get(stack_id)))
+
+
+def _signed(stack_id) -> int:
+    stack_id = int(stack_id)
+    return stack_id - (1 << 32) if stack_id >= 1 << 31 else stack_id
+
+
+def _start_held(argv: list[str]):
+    """``argv`` started but held before its exec (a shell waiting on a pipe, then exec'ing it:
+    the same PID), the pipe's end to release it by, and the libraries it will load."""
+    executable = libraries.find_executable(argv)
+    libs = libraries.linked_libraries(executable)
+    hold, go = os.pipe()
+    try:
+        process = subprocess.Popen(["/bin/sh", "-c", 'read _ <&3; exec 3<&-; exec "$@"', "memleak", *argv],
+                                   pass_fds=(hold,))
+    finally:
+        os.close(hold)
+    return process, go, libs
+
+
+def open(config: Config | None = None, **settings) -> Session:  # noqa: A001 - the session verb
+    """Start tracing with ``config``, or with a Config built from keyword arguments."""
+    return Session(Config.given(config, **settings))

@@ -1,0 +1,158 @@
+"""memleak against the real kernel. Programs built here (leak.c, leak.cpp, with frame
+pointers) leak exactly LEAKS blocks of SIZE bytes from leak_here() after "go" on their stdin,
+and allocate and free many more through every allocator function from balanced(); they say
+"done" and wait. The leaks are the ground truth: the stack naming leak_here holds exactly
+LEAKS x SIZE bytes in LEAKS allocations, and no balanced() stack is outstanding."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import RunningTool, ek, signalled_run_leaves_nothing
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(os.geteuid() != 0, reason="loads BPF programs: needs root"),
+]
+
+HERE = Path(__file__).parent
+LEAKS, SIZE, THREADS = 5, 3000, 16
+
+
+@pytest.fixture(scope="module")
+def programs(tmp_path_factory):
+    out = tmp_path_factory.mktemp("memleak")
+    built = {"c": out / "leak", "cpp": out / "leakpp"}
+    subprocess.run(["gcc", "-g", "-fno-omit-frame-pointer", "-pthread", "-o", built["c"], HERE / "leak.c"],
+                   check=True)
+    subprocess.run(["g++", "-g", "-fno-omit-frame-pointer", "-o", built["cpp"], HERE / "leak.cpp"], check=True)
+    return built
+
+
+def start(binary, *args):
+    return subprocess.Popen([str(binary), *map(str, args)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+
+
+def go(program) -> None:
+    """Let it allocate; back once it has ("done")."""
+    program.stdin.write("go\n")
+    program.stdin.flush()
+    assert program.stdout.readline().startswith("done"), "the program did not finish allocating"
+
+
+def last_sample(stdout: str) -> dict:
+    samples = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+    assert samples, stdout
+    return samples[-1]
+
+
+def traced_by_pid(program, *options) -> tuple[dict, str]:
+    """`ebpfkit memleak -p PID OPTIONS 0.5` while the program allocates: its last sample, stderr."""
+    tool = RunningTool("--format", "json", "memleak", "-p", str(program.pid), *options, "0.5")
+    try:
+        go(program)
+        time.sleep(1.2)  # a sample after the program is done
+        stdout = tool.stop()
+        assert tool.returncode == 0, tool.stderr
+        return last_sample(stdout), tool.stderr
+    finally:
+        tool.kill()
+        program.kill()
+        program.wait()
+
+
+def assert_only_the_leak(sample: dict, leaks: int, size: int) -> None:
+    stacks = sample["stacks"]
+    leaking = [s for s in stacks if any("leak_here" in f for f in s["frames"])]
+    assert len(leaking) == 1, stacks
+    assert (leaking[0]["bytes"], leaking[0]["count"]) == (leaks * size, leaks), leaking[0]
+    assert leaking[0]["frames"][0].split("+")[0].endswith(("leak_here", "leak_herem")), leaking[0]["frames"]
+    assert not [s for s in stacks if any("balanced" in f for f in s["frames"])], stacks
+    assert sample["counters"]["stack_missed"] == sample["counters"]["allocs_full"] == 0, sample["counters"]
+
+
+def test_one_thread_by_pid(programs):
+    sample, _ = traced_by_pid(start(programs["c"], 0, LEAKS, SIZE))
+    assert_only_the_leak(sample, LEAKS, SIZE)
+    leak = next(s for s in sample["stacks"] if "leak_here" in s["frames"][0])
+    assert leak["oldest_ms"] >= 500  # allocated before the 1.2 s wait, sampled every 0.5 s
+    assert sample["counters"]["unknown_frees"] == 0, sample["counters"]
+
+
+@pytest.mark.parametrize("combined", [False, True], ids=["full", "combined-only"])
+def test_sixteen_threads_exact(programs, combined):
+    options = ["--combined-only"] if combined else []
+    sample, _ = traced_by_pid(start(programs["c"], THREADS, LEAKS, SIZE), *options)
+    assert_only_the_leak(sample, THREADS * LEAKS, SIZE)
+    if combined:
+        assert all(s["oldest_ms"] is None for s in sample["stacks"])
+
+
+def test_cpp_new(programs):
+    sample, _ = traced_by_pid(start(programs["cpp"], LEAKS, SIZE))
+    assert_only_the_leak(sample, LEAKS, SIZE)
+    assert sample["counters"]["unknown_frees"] == 0, sample["counters"]  # delete's own free() is not one
+
+
+def test_command_started_held_until_traced(programs):
+    """-c: the program's first allocations are seen (it allocates right after "go", which
+    the test sends at once: the tool holds it before its exec until attached)."""
+    proc = subprocess.Popen([sys.executable, "-m", "ebpfkit", "--format", "json", "memleak", "-c",
+                             f"{programs['c']} 0 {LEAKS} {SIZE}", "0.5"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        time.sleep(2.5)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, stderr
+    assert "done 5" in stdout
+    assert_only_the_leak(last_sample(stdout), LEAKS, SIZE)
+
+
+def test_a_full_stack_map_is_counted_and_shown(programs):
+    sample, stderr = traced_by_pid(start(programs["c"], 0, LEAKS, SIZE), "--stack-storage-size", "2")
+    missed = sample["counters"]["stack_missed"]
+    assert missed > 0, sample["counters"]
+    assert f"{missed} stacks not recorded (stack map full" in stderr, stderr
+    assert any(s["frames"] == ["[stack not recorded: stack map full]"] for s in sample["stacks"]), sample
+
+
+def test_sigkill_leaves_nothing(programs):
+    program = start(programs["c"], 0, LEAKS, SIZE)
+    try:
+        signalled_run_leaves_nothing(["memleak", "-p", program.pid, "1"], signal.SIGKILL)
+    finally:
+        program.kill()
+        program.wait()
+
+
+@pytest.mark.parametrize("args, message", [
+    ([], "kernel mode (no -p/-c) is not available yet"),
+    (["-p", "1", "-c", "true"], "cannot be combined with command"),
+    (["-p", "1", "--combined-only", "-o", "100"], "cannot be combined with min_age_ms"),
+    (["-c", "no-such-program-here"], "'no-such-program-here': no such program"),
+    (["-p", "1", "-z", "100", "-Z", "10"], "must be at least min_size (100)"),
+    (["-p", "1", "-s", "0"], "must be greater than 0"),
+    (["-p", str(os.getpid()), "--allocator", "jemalloc"], "jemalloc: no libjemalloc.so* among the process's libraries"),
+    (["-p", str(os.getpid()), "-O", "/no/such/lib.so"], "/no/such/lib.so: no such file"),
+    (["-p", "1", "--allocator", "mimalloc"], "'mimalloc' is not one of"),
+])
+def test_bad_options_exit_2(capsys, args, message):
+    rc, _, err = ek(capsys, "memleak", *args, "1", "1")
+    assert rc == 2, err
+    assert message in " ".join(err.split()), err
