@@ -70,12 +70,25 @@ def traced_by_pid(program, *options) -> tuple[dict, str]:
         program.wait()
 
 
-def assert_only_the_leak(sample: dict, leaks: int, size: int) -> None:
+def allocating_line(source: str, function: str) -> str:
+    """``source``:N of the allocation in ``function`` (its first line with malloc or new): where
+    the frame that called the allocator must point."""
+    lines = (HERE / source).read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if f" {function}(" in line and "noinline" in line)
+    n = next(i for i in range(start, len(lines)) if "malloc(" in lines[i] or " new " in lines[i])
+    return f"{source}:{n + 1}"
+
+
+C_LEAK = f"leak_here ({allocating_line('leak.c', 'leak_here')}) [leak]"
+CPP_LEAK = f"leak_here(unsigned long) ({allocating_line('leak.cpp', 'leak_here')}) [leakpp]"
+
+
+def assert_only_the_leak(sample: dict, leaks: int, size: int, expected_frame: str = C_LEAK) -> None:
     stacks = sample["stacks"]
     leaking = [s for s in stacks if any("leak_here" in f for f in s["frames"])]
     assert len(leaking) == 1, stacks
     assert (leaking[0]["bytes"], leaking[0]["count"]) == (leaks * size, leaks), leaking[0]
-    assert leaking[0]["frames"][0].split("+")[0].endswith(("leak_here", "leak_herem")), leaking[0]["frames"]
+    assert leaking[0]["frames"][0] == expected_frame, leaking[0]["frames"]
     assert not [s for s in stacks if any("balanced" in f for f in s["frames"])], stacks
     assert sample["counters"]["stack_missed"] == sample["counters"]["allocs_full"] == 0, sample["counters"]
 
@@ -99,7 +112,7 @@ def test_sixteen_threads_exact(programs, combined):
 
 def test_cpp_new(programs):
     sample, _ = traced_by_pid(start(programs["cpp"], LEAKS, SIZE))
-    assert_only_the_leak(sample, LEAKS, SIZE)
+    assert_only_the_leak(sample, LEAKS, SIZE, CPP_LEAK)  # demangled, with file:line
     assert sample["counters"]["unknown_frees"] == 0, sample["counters"]  # delete's own free() is not one
 
 
