@@ -305,7 +305,12 @@ class RunningTool:
 
         if self.proc.poll() is None:
             self.proc.send_signal(sig or signal.SIGINT)
-        self.stdout, stderr = self.proc.communicate(timeout=30)
+        return self.finish(timeout=30)
+
+    def finish(self, timeout: float = 120) -> str:
+        """Wait for it to end by itself (after its COUNT intervals), reading what it writes;
+        its stdout, and ``returncode`` and ``stderr`` as ``stop`` sets them."""
+        self.stdout, stderr = self.proc.communicate(timeout=timeout)
         self.stderr = self.banner + stderr
         self.returncode = self.proc.returncode
         return self.stdout
@@ -366,3 +371,54 @@ def reap(proc) -> None:
     if proc.poll() is None:
         proc.kill()
     proc.wait(timeout=10)
+
+
+# --- kernel allocations a test makes (memleak kernel mode's ground truth) ---------------------
+
+# the kernel functions memleak's stacks name (each a tuple of the names it had)
+PIPE_INFO = ("alloc_pipe_info",)  # kmallocs a pipe's pipe_inode_info and its buffer array
+PIPE_PAGE = ("pipe_write", "anon_pipe_write")  # allocates the page an empty pipe's write goes in (renamed in 6.15)
+
+
+@contextlib.contextmanager
+def held_pipes(n: int, written: bool = False):
+    """``n`` pipes open for the with block (one byte written in each when ``written``: one
+    page allocated for it), all closed at its end."""
+    fds: list[int] = []
+    try:
+        for _ in range(n):
+            fds.extend(os.pipe())
+            if written:
+                os.write(fds[-1], b"x")
+        yield
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def outstanding_naming(stacks, functions: tuple[str, ...]) -> int:
+    """How many allocations are outstanding on the memleak stacks (StackAllocs, or their
+    JSON dicts) that have a frame in one of the kernel ``functions``."""
+    total = 0
+    for stack in stacks:
+        frames, count = (stack["frames"], stack["count"]) if isinstance(stack, dict) else (stack.frames, stack.count)
+        if any(str(frame).split(" ")[0] in functions for frame in frames):
+            total += count
+    return total
+
+
+def pipe_allocations(session, n: int, functions: tuple[str, ...], written: bool = False) -> tuple[int, int, int]:
+    """A memleak kernel-mode session's outstanding allocations on the stacks naming one of
+    ``functions``: before ``n`` pipes are opened, while they are held, and once they are
+    closed (waiting up to 30 s for the frees, some of which wait for an RCU grace period)."""
+    before = outstanding_naming(session.sample().stacks, functions)
+    with held_pipes(n, written):
+        held = outstanding_naming(session.sample().stacks, functions)
+    seen = [held]
+
+    def fell_back() -> bool:
+        seen.append(outstanding_naming(session.sample().stacks, functions))
+        return seen[-1] <= n // 4
+
+    wait_for(fell_back, timeout=30, interval=0.5)
+    return before, held, seen[-1]

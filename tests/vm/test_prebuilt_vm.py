@@ -34,7 +34,8 @@ READS_KERNEL_STRUCTS = ["runqlat.bpf.c", "cpudist.bpf.c", "offcputime.bpf.c", "i
                         "guard.bpf.c"]
 GUARD_PINS = "/sys/fs/bpf/ebpfkit/guard"
 # programs an object's tool leaves out on these kernels (default: one variant of two)
-LEFT_OUT = {"irqoff.bpf.c": 4}  # the other tick, NMI (no PMU) and exact (no preemptirq) modes
+LEFT_OUT = {"irqoff.bpf.c": 4,  # the other tick, NMI (no PMU) and exact (no preemptirq) modes
+            "memleak_kernel.bpf.c": 2}  # kmalloc_node, kmem_cache_alloc_node: tracepoints before 6.1
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -67,6 +68,13 @@ def test_every_object_loads_and_every_program_attaches(program, every_program):
         # the tick reading the per-CPU preempt_count (Debian lists it in kallsyms: __preempt_count
         # on 6.1, pcpu_hot on 6.12), as the tool takes it here; no PMU, no preemptirq tracepoints
         assert select_programs(spec, "software") == ("irqoff_tick", None)
+    if program == "memleak_kernel.bpf.c":
+        from ebpfkit.tools.memleak.kernel import KINDS, select_programs
+
+        # 6.1 merged kmalloc_node and kmem_cache_alloc_node into kmalloc and kmem_cache_alloc
+        assert select_programs(spec, KINDS) == ["kmalloc", "kmem_cache_alloc", "kfree", "kmem_cache_free",
+                                                "mm_page_alloc", "mm_page_free", "percpu_alloc_percpu",
+                                                "percpu_free_percpu"]
     obj, links, refused = every_program(spec)
     assert not refused, f"this VM kernel refused {refused}"
     assert set(links) == {name for name, prog in obj.programs.items() if prog.autoload}

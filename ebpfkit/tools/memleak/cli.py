@@ -1,6 +1,8 @@
 """`ebpfkit memleak`: options -> Config, then every interval the session's sample -> the
 output layer: a table of the top stacks (bytes, count, oldest, growing, frames) and the
-counters of what could not be recorded (one JSON object an interval with --format json)."""
+counters of what could not be recorded (one JSON object an interval with --format json).
+Without -p/-c it traces the kernel's allocations; --triage SECONDS only compares the
+kernel's memory accounts over SECONDS (triage.py) and says where to look first."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import click
 
 from ...output import Column, Output, ResultTable, tool_options
 from ..common import build_config, interval_arguments, live_intervals, pid_option
-from .session import ALLOCATORS, COUNTERS
+from .session import ALLOCATORS, COUNTERS, KINDS
 
 EXAMPLES = """\b
 Examples:
@@ -21,6 +23,9 @@ Examples:
   ebpfkit memleak -p 185 --allocator jemalloc   (detected from the maps when not given)
   ebpfkit memleak -p 185 -O /opt/lib/libmymalloc.so
   ebpfkit memleak --format json -p 185 5 3
+  ebpfkit memleak --triage 10         what grew in 10 s (meminfo, slab, vmalloc): where to look
+  ebpfkit memleak -o 5000 10          kernel allocations (slab, page, percpu) older than 5 s
+  ebpfkit -v memleak --kinds slab     kmalloc and kmem_cache only; -v names the tracepoints
 """
 
 DEFAULT_INTERVAL = 5.0
@@ -61,29 +66,43 @@ WARNED = ("stack_missed", "allocs_full", "threads_full")
               help="How many distinct stacks the kernel can keep.")
 @click.option("--max-allocations", type=int, default=262144, show_default=True, metavar="N",
               help="How many outstanding allocations the kernel can keep.")
+@click.option("--kinds", default=",".join(KINDS), show_default=True, metavar="KIND[,KIND]",
+              help="Kernel mode: the allocators followed (slab: kmalloc and kmem_cache; page; percpu).")
+@click.option("--triage", type=click.FloatRange(min=0.1), metavar="SECONDS",
+              help="Only compare /proc/meminfo, slabinfo and vmallocinfo over SECONDS: where to look first.")
 @tool_options(short_timestamp=False)
 @interval_arguments
 def memleak(pid, command, min_age_ms, top, show_allocs, combined_only, min_size, max_size, sample_every,
-            allocator, library, growth_intervals, stack_storage_size, max_allocations, interval, count):
+            allocator, library, growth_intervals, stack_storage_size, max_allocations, kinds, triage,
+            interval, count):
     """Outstanding memory allocations of a process (-p PID, or -c CMD to start one), by
     stack, every INTERVAL seconds (default 5): uprobes on malloc, calloc, realloc, free,
     posix_memalign, aligned_alloc, memalign, valloc, pvalloc, mmap/munmap and C++'s operator
-    new/delete. User stacks unwind through frame pointers (-fno-omit-frame-pointer)."""
+    new/delete. User stacks unwind through frame pointers (-fno-omit-frame-pointer).
+    Without -p/-c, the kernel's: kmalloc/kfree, kmem_cache_alloc/free, page and percpu
+    allocations (kmem and percpu tracepoints), by kernel stack."""
     from ..common import usage_errors
     from .session import Config, open as open_session
 
+    out = Output.from_context()
+    if triage is not None:
+        _triage(out, triage, pid, command)
+        return
     config = build_config(Config, pid=pid, command=command, min_age_ms=min_age_ms, show_allocs=show_allocs,
                           combined_only=combined_only, min_size=min_size, max_size=max_size,
                           sample_every=sample_every, allocator=allocator, library=library,
                           growth_intervals=growth_intervals, stack_storage_size=stack_storage_size,
-                          max_allocations=max_allocations)
-    out = Output.from_context()
+                          max_allocations=max_allocations, kinds=tuple(k.strip() for k in kinds.split(",")))
     with usage_errors():  # a preset or library the process does not have
         session = open_session(config)
     with session:
-        out.info("allocator: %s (%s), %d probes", session.plan.allocator, session.plan.library,
-                 len(session.plan.probes))
-        banner = f"Tracing outstanding allocations of PID {session.pid}..."
+        if config.kernel:
+            out.info("kernel tracepoints: %s", ", ".join(session.hooks))
+            banner = f"Tracing outstanding kernel allocations ({', '.join(config.kinds)})..."
+        else:
+            out.info("allocator: %s (%s), %d probes", session.plan.allocator, session.plan.library,
+                     len(session.plan.probes))
+            banner = f"Tracing outstanding allocations of PID {session.pid}..."
         for _ in live_intervals(out, interval or DEFAULT_INTERVAL, count, banner):
             sample = session.sample()
             _print(out, sample, top, show_allocs)
@@ -110,3 +129,26 @@ def _print(out, sample, top: int, show_allocs: bool) -> None:
             out.warn("%d %s", sample.counters[name], COUNTER_LABELS[name])
     out.document({"stacks": [r for r in (s.to_dict() for s in stacks)], "counters": sample.counters},
                  tables)
+
+
+def _triage(out, seconds: float, pid, command) -> None:
+    """--triage: the kernel's accounts compared over ``seconds``, and where to look first."""
+    from . import triage
+
+    if pid is not None or command is not None:
+        raise click.BadParameter("runs alone: give it without -p/-c", param_hint="'--triage'")
+    result = triage.measure(seconds, started=lambda: out.banner(f"Measuring memory for {seconds:g} s..."))
+    for path in result.unreadable:
+        out.warn("%s could not be read (root only): its part is left out", path)
+    rows = [dict(a.__dict__) for a in result.areas]
+    tables = [ResultTable((Column("AREA", key="area", align="left"), Column("BEFORE", key="before"),
+                           Column("AFTER", key="after"), Column("DELTA", key="delta"),
+                           Column("WHAT", key="label", align="left")), rows,
+                          title=f"/proc/meminfo over {seconds:g} s (bytes)"),
+              ResultTable((Column("SLAB CACHE", align="left"), Column("GREW (bytes)")), result.slab_caches,
+                          title="slab caches that grew most"),
+              ResultTable((Column("VMALLOC CALLER", align="left"), Column("GREW (bytes)")),
+                          result.vmalloc_callers, title="vmalloc callers that grew most")]
+    out.document(result.to_dict(), tables)
+    out.banner(f"look first at: {result.look_first}" if result.look_first
+               else f"nothing grew in {seconds:g} s: no leak in that time")

@@ -15,11 +15,10 @@
 #include "ebpfkit.h"
 #include "memleak.h"
 
+#define MEMLEAK_STACK_FLAGS BPF_F_USER_STACK /* record() takes user stacks */
+#include "memleak_record.h"
+
 const volatile __u32 targ_tgid = 0;        /* the traced process (the uprobes are attached for it too) */
-const volatile __u64 min_size = 0;         /* -z */
-const volatile __u64 max_size = (__u64)-1; /* -Z */
-const volatile __u32 sample_every = 1;     /* -s: record one allocation in N */
-const volatile bool combined_only = false;
 
 enum alloc_kind { KIND_PLAIN, KIND_REALLOC, KIND_POSIX_MEMALIGN, KIND_MMAP };
 
@@ -39,43 +38,6 @@ struct {
 	__type(key, __u32); /* tid */
 	__type(value, struct thread_state);
 } threads SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 262144); /* the session sets max_allocations */
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, __u64); /* address */
-	__type(value, struct alloc_info);
-} allocs SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __s32); /* stack id (negative: none recorded) */
-	__type(value, struct combined_alloc);
-} combined SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
-	__uint(max_entries, 16384); /* the session sets stack_storage_size */
-	__uint(key_size, sizeof(__u32));
-	__uint(value_size, MEMLEAK_MAX_STACK_DEPTH * sizeof(__u64));
-} stacks SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, MEMLEAK_NR_COUNTERS);
-	__type(key, __u32);
-	__type(value, __u64);
-} counters SEC(".maps");
-
-static __always_inline void count(__u32 which)
-{
-	__u64 *n = bpf_map_lookup_elem(&counters, &which);
-
-	if (n)
-		__sync_fetch_and_add(n, 1);
-}
 
 static __always_inline bool traced(void)
 {
@@ -97,13 +59,6 @@ static __always_inline struct thread_state *thread(bool create)
 	return st;
 }
 
-static __always_inline bool sampled_out(__u64 size)
-{
-	if (size < min_size || size > max_size)
-		return true;
-	return sample_every > 1 && bpf_get_prandom_u32() % sample_every;
-}
-
 static __always_inline int alloc_enter(__u64 size, __u64 ptr, enum alloc_kind kind)
 {
 	struct thread_state *st;
@@ -119,63 +74,6 @@ static __always_inline int alloc_enter(__u64 size, __u64 ptr, enum alloc_kind ki
 	st->freeing = 0;
 	st->skip = sampled_out(size);
 	return 0;
-}
-
-/* Per-stack totals: created once, then only atomic adds (negative ones on free). */
-static __always_inline void add_combined(__s32 stack_id, __s64 bytes, __s64 n)
-{
-	struct combined_alloc *c, zero = {};
-
-	c = bpf_map_lookup_elem(&combined, &stack_id);
-	if (!c) {
-		bpf_map_update_elem(&combined, &stack_id, &zero, BPF_NOEXIST);
-		c = bpf_map_lookup_elem(&combined, &stack_id);
-		if (!c)
-			return;
-	}
-	__sync_fetch_and_add(&c->bytes, bytes);
-	__sync_fetch_and_add(&c->count, n);
-}
-
-static __always_inline void record(void *ctx, __u64 addr, __u64 size)
-{
-	struct alloc_info info = {.size = size, .timestamp_ns = bpf_ktime_get_ns()};
-
-	info.stack_id = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
-	if (info.stack_id < 0)
-		count(MEMLEAK_STACK_MISSED);
-	if (bpf_map_update_elem(&allocs, &addr, &info, BPF_ANY)) {
-		count(MEMLEAK_ALLOCS_FULL);
-		return;
-	}
-	count(MEMLEAK_ALLOCS);
-	if (combined_only)
-		add_combined(info.stack_id, size, 1);
-}
-
-/* Drop a recorded allocation; false if `addr` was not recorded. */
-static __always_inline bool forget(__u64 addr)
-{
-	struct alloc_info *info = bpf_map_lookup_elem(&allocs, &addr);
-	__u64 size;
-	__s32 stack_id;
-
-	if (!info)
-		return false;
-	size = info->size;
-	stack_id = info->stack_id;
-	if (bpf_map_delete_elem(&allocs, &addr)) /* another thread's free of it won */
-		return true;
-	count(MEMLEAK_FREES);
-	if (combined_only)
-		add_combined(stack_id, -(__s64)size, -1);
-	return true;
-}
-
-static __always_inline void free_known(__u64 addr)
-{
-	if (!forget(addr))
-		count(MEMLEAK_UNKNOWN_FREES);
 }
 
 SEC("uretprobe")

@@ -1,5 +1,7 @@
-"""memleak's session: uprobes on a process's allocator (memleak.bpf.c), and, at each
-``sample()``, what it allocated and has not freed, by stack. No click, no printing::
+"""memleak's session: uprobes on a process's allocator (memleak.bpf.c), or in kernel mode
+(neither ``pid`` nor ``command``) the kmem and percpu tracepoints (memleak_kernel.bpf.c,
+see kernel.py), and, at each ``sample()``, what was allocated and not freed, by stack. No
+click, no printing::
 
     from ebpfkit.tools import memleak
     with memleak.open(pid=1234) as session:           # or command="./app --flag"
@@ -10,7 +12,9 @@
             print("\\n".join(map(str, stack.frames)))  # frames: objects with a str()
         print(sample.counters)                        # what could not be recorded, and why
 
-Only the process is traced (the uprobes are attached for its PID). ``command`` starts a
+Kernel mode is system-wide, with kernel stacks; ``kinds`` picks slab (kmalloc and
+kmem_cache), page and percpu allocations, and ``hooks`` says which tracepoints are used.
+Otherwise only the process is traced (the uprobes are attached for its PID). ``command`` starts a
 program held before its exec until every probe is attached, so it allocates nothing unseen;
 the session kills it at close if it still runs. ``combined_only`` keeps per-stack totals in
 the kernel (atomic adds) instead of reading every allocation: no ages, no ``min_age_ms``.
@@ -30,14 +34,13 @@ from dataclasses import asdict, dataclass, field
 from ...errors import ConfigError
 from ..config import ToolConfig, check_choice, check_exclusive, check_pid, check_positive
 from ..session import ToolSession
-from . import libraries
+from . import kernel, libraries
 
 PROGRAM = os.path.join(os.path.dirname(__file__), "memleak.bpf.c")
 ALLOCATORS = tuple(libraries.PRESETS)
 COUNTERS = ("allocs", "frees", "stack_missed", "allocs_full", "unknown_frees", "threads_full")
 MISSED_STACK = "[stack not recorded: stack map full]"
-KERNEL_MODE_LATER = ("kernel mode (no -p/-c) is not available yet: give -p PID to trace a "
-                     "process, or -c CMD to start one")
+KINDS = kernel.KINDS
 
 
 @dataclass(frozen=True)
@@ -55,10 +58,10 @@ class Config(ToolConfig):
     growth_intervals: int = 3            # K: growing when the bytes grew at each of the last K samples
     stack_storage_size: int = 16384      # distinct stacks the kernel can keep
     max_allocations: int = 262144        # outstanding allocations the kernel can keep
+    kinds: tuple = KINDS                 # kernel mode: the allocators followed (slab, page, percpu)
 
     def validate(self) -> None:
-        if self.pid is None and self.command is None:
-            raise ConfigError("pid", KERNEL_MODE_LATER)
+        self._validate_mode()
         check_exclusive("pid", self.pid, command=self.command is not None)
         check_pid("pid", self.pid)
         if self.command is not None and not self.argv:
@@ -77,6 +80,24 @@ class Config(ToolConfig):
                                           f"got {self.max_size}")
         for name in ("sample_every", "growth_intervals", "stack_storage_size", "max_allocations"):
             check_positive(name, getattr(self, name))
+
+    def _validate_mode(self) -> None:
+        """Kernel mode (no pid, no command) follows ``kinds``; the allocator settings are a process's."""
+        if not isinstance(self.kinds, (tuple, list)) or not self.kinds:
+            raise ConfigError("kinds", f"expected one or more of {', '.join(KINDS)}, got {self.kinds!r}")
+        for kind in self.kinds:
+            check_choice("kinds", kind, KINDS)
+        if self.kernel:
+            for name in ("allocator", "library"):
+                if getattr(self, name) is not None:
+                    raise ConfigError(name, "applies to a process (-p PID or -c CMD), not to kernel mode")
+        elif tuple(self.kinds) != KINDS:
+            raise ConfigError("kinds", "applies to kernel mode (no -p/-c), not to a process")
+
+    @property
+    def kernel(self) -> bool:
+        """Kernel mode: outstanding kernel allocations, system-wide."""
+        return self.pid is None and self.command is None
 
     @property
     def argv(self) -> list[str]:
@@ -121,7 +142,6 @@ class Session(ToolSession):
     """Loaded and attached until ``close()`` (or the end of a ``with``)."""
 
     def __init__(self, config: Config):
-        from ...engine import compile as compile_bpf
         from ...engine.symbols import StackTraces, Symbolizer
 
         self.config = config
@@ -129,25 +149,23 @@ class Session(ToolSession):
         self._obj = None
         self._history: dict[int, deque] = {}
         self._hold = None  # the pipe a started command waits on until the probes are attached
+        self.pid = self.plan = None
+        self.hooks: list[str] = []  # kernel mode: the tracepoints used
         try:
-            if config.command is not None:
-                self.process, self._hold, libs = _start_held(config.argv)
-                self.pid = self.process.pid
-            else:
-                self.pid = config.pid
-                libs = libraries.mapped_libraries(self.pid)
-            self.plan = libraries.plan(libs, config.allocator, config.library)
-            spec = compile_bpf(PROGRAM)
+            spec = self._kernel_spec() if config.kernel else self._user_spec()
             spec.rodata.update({
-                "targ_tgid": self.pid, "min_size": config.min_size or 0,
+                "min_size": config.min_size or 0,
                 "max_size": (1 << 64) - 1 if config.max_size is None else config.max_size,
                 "sample_every": config.sample_every, "combined_only": config.combined_only})
             spec.maps["stacks"].max_entries = config.stack_storage_size
             spec.maps["allocs"].max_entries = config.max_allocations
             self._obj = spec.load()
-            for probe in self.plan.probes:
-                self._obj.programs[probe.program].attach_uprobe(
-                    probe.path, offset=probe.offset, pid=self.pid, retprobe=probe.retprobe)
+            if config.kernel:
+                self._obj.attach()
+            else:
+                for probe in self.plan.probes:
+                    self._obj.programs[probe.program].attach_uprobe(
+                        probe.path, offset=probe.offset, pid=self.pid, retprobe=probe.retprobe)
             self._symbolizer = Symbolizer()
             self._stacks = StackTraces(self._obj.maps["stacks"], self._symbolizer)
             self._release()
@@ -182,6 +200,8 @@ class Session(ToolSession):
         """The command (or the process) has ended."""
         if self.process is not None:
             return self.process.poll() is not None
+        if self.pid is None:  # kernel mode
+            return False
         return not os.path.exists(f"/proc/{self.pid}")
 
     def close(self) -> None:
@@ -196,6 +216,30 @@ class Session(ToolSession):
             self.process.wait()
 
     # --- inside ---
+
+    def _user_spec(self):
+        """The process to trace (started held, with -c), its allocator's plan, the program."""
+        from ...engine import compile as compile_bpf
+
+        if self.config.command is not None:
+            self.process, self._hold, libs = _start_held(self.config.argv)
+            self.pid = self.process.pid
+        else:
+            self.pid = self.config.pid
+            libs = libraries.mapped_libraries(self.pid)
+        self.plan = libraries.plan(libs, self.config.allocator, self.config.library)
+        spec = compile_bpf(PROGRAM)
+        spec.rodata["targ_tgid"] = self.pid
+        return spec
+
+    def _kernel_spec(self):
+        """The kernel-mode program, with only the tracepoints this kernel has."""
+        from ...engine import compile as compile_bpf
+
+        spec = compile_bpf(kernel.PROGRAM)
+        self.hooks = kernel.select_programs(spec, self.config.kinds)
+        spec.rodata["page_size"] = os.sysconf("SC_PAGE_SIZE")
+        return spec
 
     def _release(self) -> None:
         """Let the started command exec (it waits for a line on its pipe)."""
@@ -232,6 +276,8 @@ class Session(ToolSession):
 
         if stack_id < 0:
             return (MISSED_STACK,)
+        if self.config.kernel:
+            return tuple(kernel.kernel_frames(self._symbolizer, self._stacks.get(stack_id)))
         return tuple(user_frames(self._symbolizer, self.pid, self._stacks.get(stack_id)))
 
 

@@ -155,7 +155,6 @@ def test_sigkill_leaves_nothing(programs):
 
 
 @pytest.mark.parametrize("args, message", [
-    ([], "kernel mode (no -p/-c) is not available yet"),
     (["-p", "1", "-c", "true"], "cannot be combined with command"),
     (["-p", "1", "--combined-only", "-o", "100"], "cannot be combined with min_age_ms"),
     (["-c", "no-such-program-here"], "'no-such-program-here': no such program"),
