@@ -43,7 +43,7 @@ TOOLS: dict[str, ToolInfo] = {t.name: t for t in [
     ToolInfo("memleak", "ebpfkit.tools.memleak.cli",
              "Outstanding allocations by stack: a process's (uprobes) or the kernel's (kmem tracepoints).",
              hooks=(("uprobes/uretprobes on the allocator's functions", ("btf", "uprobe")),
-                    ("kernel mode: tp_btf kmem and percpu tracepoints", ("btf", "kernel_btf", "tp_btf")))),
+                    ("kernel mode: raw tracepoints kmem and percpu", ("btf", "raw_tp", "lockdown")))),
     ToolInfo("hardirqs", "ebpfkit.tools.hardirqs.cli",
              "Hard interrupt handlers: count and time per IRQ (and CPU), or histograms.",
              hooks=(("tp_btf irq_handler_entry/irq_handler_exit", ("btf", "kernel_btf", "tp_btf")),

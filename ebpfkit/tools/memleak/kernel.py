@@ -1,17 +1,15 @@
 """memleak's kernel mode (no -p/-c): which of memleak_kernel.bpf.c's programs this kernel
 can run, and kernel stacks as frames a person reads.
 
-Each program is a BTF-typed tracepoint; one whose tracepoint this kernel lacks is not loaded
-(kmalloc_node and kmem_cache_alloc_node exist only before 6.1), so one object serves old and
-new kernels. The kinds (slab, page, percpu) say which allocators to follow: pages are by far
+Each program is a raw tracepoint; one whose tracepoint this kernel lacks (as tracefs lists
+them) is not loaded: kmalloc_node and kmem_cache_alloc_node exist only before 6.1, so one
+object serves old and new kernels. The kinds (slab, page, percpu) say which allocators to follow: pages are by far
 the busiest (the page cache), so leaving them out keeps the allocations map for the rest."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-
-from ...errors import NotSupportedError
 
 PROGRAM = os.path.join(os.path.dirname(__file__), "memleak_kernel.bpf.c")
 KINDS = ("slab", "page", "percpu")
@@ -22,6 +20,11 @@ class Hook:
     program: str
     tracepoint: str
     kind: str
+
+    @property
+    def group(self) -> str:
+        """The tracepoint's group in tracefs."""
+        return "percpu" if self.kind == "percpu" else "kmem"
 
 
 HOOKS = (
@@ -42,17 +45,14 @@ _TRACING_FRAMES = ("bpf_trace_run", "__bpf_trace_", "__traceiter_", "trace_")
 
 def select_programs(spec, kinds) -> list[str]:
     """Load only the programs of ``kinds`` whose tracepoint this kernel has; the tracepoints
-    used (what `-v` shows). Exit 3 without the kernel's own BTF (tp_btf needs it)."""
-    from ...engine import features
+    used (what `-v` shows)."""
+    from ...engine.mounts import ensure_tracefs
+    from ...sysinfo.events import tracepoint_exists
 
-    have = features.kernel_btf_names({f"btf_trace_{h.tracepoint}" for h in HOOKS})
-    if not have:
-        raise NotSupportedError("kernel_btf", "kernel mode attaches to BTF-typed tracepoints (tp_btf): "
-                                "this kernel exposes no BTF of its own (/sys/kernel/btf/vmlinux)",
-                                hint="trace a process instead (-p PID or -c CMD)")
+    root = ensure_tracefs()
     used = []
     for hook in HOOKS:
-        load = hook.kind in kinds and f"btf_trace_{hook.tracepoint}" in have
+        load = hook.kind in kinds and tracepoint_exists(hook.group, hook.tracepoint, root)
         spec.programs[hook.program].autoload = load
         if load:
             used.append(hook.tracepoint)

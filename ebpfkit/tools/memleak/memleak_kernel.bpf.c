@@ -3,8 +3,9 @@
  * percpu tracepoints give each allocation's address and size as it happens, and each free's
  * address; the records, maps and filters are user mode's (memleak_record.h).
  *
- * BTF-typed tracepoints (tp_btf): their arguments are the kernel's own, so nothing is copied.
- * Where kernels differ (bcc#4384):
+ * Raw tracepoints: the tracepoint's own arguments, nothing copied. Not tp_btf: the verifiers
+ * of 6.1 and 6.12 refuse a tp_btf program reading a `const void *` argument (kmalloc's ptr:
+ * "invalid bpf_context access"), which 6.18's allows. Where kernels differ (bcc#4384):
  *  - before 6.1, kmalloc_node and kmem_cache_alloc_node were tracepoints of their own, and
  *    kmem_cache_alloc passed (call_site, ptr, bytes_req, bytes_alloc, ...); from 6.1 the node
  *    variants are gone and kmem_cache_alloc passes the cache (call_site, ptr, s, ...), whose
@@ -42,73 +43,73 @@ static __always_inline int freed(__u64 addr)
 }
 
 /* (call_site, ptr, bytes_req, bytes_alloc, gfp_flags[, node]): the same on every kernel */
-SEC("tp_btf/kmalloc")
-int memleak_kmalloc(__u64 *ctx)
+SEC("raw_tp/kmalloc")
+int memleak_kmalloc(struct bpf_raw_tracepoint_args *ctx)
 {
-	return allocated(ctx, ctx[1], ctx[3]);
+	return allocated(ctx, ctx->args[1], ctx->args[3]);
 }
 
-SEC("tp_btf/kmalloc_node") /* before 6.1 */
-int memleak_kmalloc_node(__u64 *ctx)
+SEC("raw_tp/kmalloc_node") /* before 6.1 */
+int memleak_kmalloc_node(struct bpf_raw_tracepoint_args *ctx)
 {
-	return allocated(ctx, ctx[1], ctx[3]);
+	return allocated(ctx, ctx->args[1], ctx->args[3]);
 }
 
-SEC("tp_btf/kmem_cache_alloc")
-int memleak_kmem_cache_alloc(__u64 *ctx)
+SEC("raw_tp/kmem_cache_alloc")
+int memleak_kmem_cache_alloc(struct bpf_raw_tracepoint_args *ctx)
 {
 	struct kmem_cache *s;
 
 	if (!bpf_core_type_exists(struct trace_event_raw_kmem_cache_alloc))
-		return allocated(ctx, ctx[1], ctx[3]); /* before 6.1: bytes_alloc */
-	s = (struct kmem_cache *)ctx[2];
-	return allocated(ctx, ctx[1], BPF_CORE_READ(s, size));
+		return allocated(ctx, ctx->args[1], ctx->args[3]); /* before 6.1: bytes_alloc */
+	s = (struct kmem_cache *)ctx->args[2];
+	return allocated(ctx, ctx->args[1], BPF_CORE_READ(s, size));
 }
 
-SEC("tp_btf/kmem_cache_alloc_node") /* before 6.1: as kmalloc_node */
-int memleak_kmem_cache_alloc_node(__u64 *ctx)
+SEC("raw_tp/kmem_cache_alloc_node") /* before 6.1: as kmalloc_node */
+int memleak_kmem_cache_alloc_node(struct bpf_raw_tracepoint_args *ctx)
 {
-	return allocated(ctx, ctx[1], ctx[3]);
+	return allocated(ctx, ctx->args[1], ctx->args[3]);
 }
 
-SEC("tp_btf/kfree") /* (call_site, ptr) */
-int memleak_kfree(__u64 *ctx)
+SEC("raw_tp/kfree") /* (call_site, ptr) */
+int memleak_kfree(struct bpf_raw_tracepoint_args *ctx)
 {
-	return freed(ctx[1]);
+	return freed(ctx->args[1]);
 }
 
-SEC("tp_btf/kmem_cache_free") /* (call_site, ptr[, s]) */
-int memleak_kmem_cache_free(__u64 *ctx)
+SEC("raw_tp/kmem_cache_free") /* (call_site, ptr[, s]) */
+int memleak_kmem_cache_free(struct bpf_raw_tracepoint_args *ctx)
 {
-	return freed(ctx[1]);
+	return freed(ctx->args[1]);
 }
 
-SEC("tp_btf/mm_page_alloc") /* (page, order, gfp_flags, migratetype) */
-int memleak_page_alloc(__u64 *ctx)
+SEC("raw_tp/mm_page_alloc") /* (page, order, gfp_flags, migratetype) */
+int memleak_page_alloc(struct bpf_raw_tracepoint_args *ctx)
 {
-	return allocated(ctx, ctx[0], page_size << (__u32)ctx[1]);
+	return allocated(ctx, ctx->args[0], page_size << (__u32)ctx->args[1]);
 }
 
-SEC("tp_btf/mm_page_free") /* (page, order) */
-int memleak_page_free(__u64 *ctx)
+SEC("raw_tp/mm_page_free") /* (page, order) */
+int memleak_page_free(struct bpf_raw_tracepoint_args *ctx)
 {
-	return freed(ctx[0]);
+	return freed(ctx->args[0]);
 }
 
-SEC("tp_btf/percpu_alloc_percpu")
-int memleak_percpu_alloc(__u64 *ctx)
+SEC("raw_tp/percpu_alloc_percpu")
+int memleak_percpu_alloc(struct bpf_raw_tracepoint_args *ctx)
 {
 	/* 6.0+: (call_site, reserved, is_atomic, size, align, base_addr, off, ptr, bytes_alloc, gfp) */
 	if (bpf_core_field_exists(struct trace_event_raw_percpu_alloc_percpu, bytes_alloc))
-		return allocated(ctx, ctx[7], ctx[8]);
+		return allocated(ctx, ctx->args[7], ctx->args[8]);
 	/* before: (reserved, is_atomic, size, align, base_addr, off, ptr) */
-	return allocated(ctx, ctx[6], ctx[2]);
+	return allocated(ctx, ctx->args[6], ctx->args[2]);
 }
 
-SEC("tp_btf/percpu_free_percpu") /* (base_addr, off, ptr) */
-int memleak_percpu_free(__u64 *ctx)
+SEC("raw_tp/percpu_free_percpu") /* (base_addr, off, ptr) */
+int memleak_percpu_free(struct bpf_raw_tracepoint_args *ctx)
 {
-	return freed(ctx[2]);
+	return freed(ctx->args[2]);
 }
 
 EK_EXPORT_TYPE(struct alloc_info);

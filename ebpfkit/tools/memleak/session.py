@@ -14,8 +14,8 @@ click, no printing::
 
 Kernel mode is system-wide, with kernel stacks; ``kinds`` picks slab (kmalloc and
 kmem_cache), page and percpu allocations, and ``hooks`` says which tracepoints are used.
-Otherwise only the process is traced (the uprobes are attached for its PID). ``command`` starts a
-program held before its exec until every probe is attached, so it allocates nothing unseen;
+Otherwise only the process is traced (the uprobes are attached for its PID). ``command``
+starts a program held before its exec until every probe is attached, so it allocates nothing unseen;
 the session kills it at close if it still runs. ``combined_only`` keeps per-stack totals in
 the kernel (atomic adds) instead of reading every allocation: no ages, no ``min_age_ms``.
 A stack is ``growing`` when its outstanding bytes grew at each of the last
