@@ -51,7 +51,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path[:0] = [str(HERE), str(REPO)]
-from _common import BCC_PYTHON, bcc_tool_path, build_c, in_vm, median, merged_env, run_in_vm  # noqa: E402
+from _common import BCC_PYTHON, add_vm_arguments, bcc_tool_path, build_c, in_vm, median, merged_env, run_in_vm  # noqa: E402
 
 from ebpfkit.engine import features, inventory, run_time_stats  # noqa: E402
 
@@ -281,9 +281,7 @@ def main(argv=None) -> int:
                     help="context switches per measurement (default 400000; 40000 in a VM)")
     ap.add_argument("--reads", type=int, default=None, help="O_DIRECT reads per measurement (default 5000; 1000 in a VM)")
     ap.add_argument("--tools", default=",".join(TOOLS), help=f"which of {','.join(TOOLS)} (default: all)")
-    ap.add_argument("--vm", nargs="?", const="", default=None, metavar="KERNEL",
-                    help="run the whole benchmark inside a VM kernel (default: the newest installed)")
-    ap.add_argument("--vm-timeout", type=float, default=3600, metavar="S", help="kill the VM after S seconds")
+    add_vm_arguments(ap)
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
         print("the tools load BPF programs: run as root", file=sys.stderr)
