@@ -38,6 +38,7 @@ Targets (issue 19): added ns per switch and per IRQ <= 0.5x BCC's, start-up <= 0
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import select
 import signal
@@ -330,6 +331,8 @@ def noise(figures: dict) -> float:
 
 
 def ratio_note(ours: float, theirs: float, target: float, spread: float | None = None) -> str:
+    if math.isnan(ours) or math.isnan(theirs):
+        return "no figure here"
     if spread is not None and abs(theirs) < spread:
         return f"BCC's added cost ({theirs:+.0f} ns) is within the noise ({spread:.0f} ns): no ratio"
     ratio = ours / theirs
