@@ -126,6 +126,13 @@ def in_vm() -> bool:
         return False
 
 
+def add_vm_arguments(parser) -> None:
+    """--vm [KERNEL] and --vm-timeout, for a benchmark that can run itself inside run_in_vm()."""
+    parser.add_argument("--vm", nargs="?", const="", default=None, metavar="KERNEL",
+                        help="run the whole benchmark inside a VM kernel (default: the newest installed)")
+    parser.add_argument("--vm-timeout", type=float, default=3600, metavar="S", help="kill the VM after S seconds")
+
+
 def run_in_vm(script: Path, argv: list, kernel: str | None, timeout: float) -> int:
     """Boot the VM kernel with `ebpfkit vm run` and run ``script argv`` inside, as root, over the
     same paths; its output streams through. Returns its exit status (124: timed out)."""

@@ -34,7 +34,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
-from _common import BCC_PYTHON, bcc_tool_path, build_c, foreign_syscall_hooks, in_vm, run_in_vm  # noqa: E402
+from _common import BCC_PYTHON, add_vm_arguments, bcc_tool_path, build_c, foreign_syscall_hooks, in_vm, run_in_vm  # noqa: E402
 
 TARGET = 1.05
 VM_OPS = 100_000  # default --ops in the VM: emulated syscalls are ~10x slower
@@ -273,9 +273,7 @@ def main(argv=None) -> int:
     parser.add_argument("--hook", default="auto", choices=["auto", "fexit", "tracepoint"])
     parser.add_argument("--interval", type=float, default=None,
                         help=f"the tools' interval in s (default {HOST_INTERVAL:g}; {VM_INTERVAL:g} in a VM)")
-    parser.add_argument("--vm", nargs="?", const="", default=None, metavar="KERNEL",
-                        help="run the whole benchmark inside a VM kernel (default: the newest installed)")
-    parser.add_argument("--vm-timeout", type=float, default=3600, metavar="S", help="kill the VM after S seconds")
+    add_vm_arguments(parser)
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         print("iofsstat loads BPF programs: run as root", file=sys.stderr)

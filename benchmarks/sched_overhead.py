@@ -38,6 +38,7 @@ Targets (issue 19): added ns per switch and per IRQ <= 0.5x BCC's, start-up <= 0
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import select
 import signal
@@ -51,7 +52,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path[:0] = [str(HERE), str(REPO)]
-from _common import BCC_PYTHON, bcc_tool_path, build_c, in_vm, median, merged_env, run_in_vm  # noqa: E402
+from _common import BCC_PYTHON, add_vm_arguments, bcc_tool_path, build_c, in_vm, median, merged_env, run_in_vm  # noqa: E402
 
 from ebpfkit.engine import features, inventory, run_time_stats  # noqa: E402
 
@@ -219,17 +220,17 @@ def data_file() -> str:
 
 # --- the ways -------------------------------------------------------------------------------------
 
-def ways() -> tuple[list[Way], dict[str, str]]:
-    """Every (tool, implementation) that can run here, and why the others cannot."""
+def ways(tools=TOOLS) -> tuple[list[Way], dict[str, str]]:
+    """Every (tool, implementation) of ``tools`` that can run here, and why the others cannot."""
     python = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv" / "bin" / "python").exists() \
         else sys.executable
-    found = [Way(tool, "ebpfkit", [python, "-m", "ebpfkit", tool]) for tool in TOOLS]
+    found = [Way(tool, "ebpfkit", [python, "-m", "ebpfkit", tool]) for tool in tools]
     missing = {}
     from bcc_headers import bcc_kernel_env, headers_match
 
     env, headers = bcc_kernel_env()
     kprobes = features.probe("kprobe")
-    for tool in TOOLS:
+    for tool in tools:
         path = bcc_tool_path(tool)
         if not os.path.exists(BCC_PYTHON) or path is None:
             missing[f"BCC {tool}"] = "not installed: apt-get install bpfcc-tools (scripts/setup.sh --bench)"
@@ -280,22 +281,24 @@ def main(argv=None) -> int:
     ap.add_argument("--switches", type=int, default=None,
                     help="context switches per measurement (default 400000; 40000 in a VM)")
     ap.add_argument("--reads", type=int, default=None, help="O_DIRECT reads per measurement (default 5000; 1000 in a VM)")
-    ap.add_argument("--vm", nargs="?", const="", default=None, metavar="KERNEL",
-                    help="run the whole benchmark inside a VM kernel (default: the newest installed)")
-    ap.add_argument("--vm-timeout", type=float, default=3600, metavar="S", help="kill the VM after S seconds")
+    ap.add_argument("--tools", default=",".join(TOOLS), help=f"which of {','.join(TOOLS)} (default: all)")
+    add_vm_arguments(ap)
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
         print("the tools load BPF programs: run as root", file=sys.stderr)
         return 4
     if args.vm is not None and not in_vm():
         data_file()
-        inner = ["--runs", str(args.runs)] + (["--switches", str(args.switches)] if args.switches else []) \
+        inner = ["--runs", str(args.runs), "--tools", args.tools] + (["--switches", str(args.switches)] if args.switches else []) \
             + (["--reads", str(args.reads)] if args.reads else [])
         return run_in_vm(Path(__file__).resolve(), inner, args.vm or None, args.vm_timeout)
     switches = args.switches or (40_000 if in_vm() else 400_000)
     reads = args.reads or (1000 if in_vm() else 5000)
 
-    found, missing = ways()
+    tools = [t for t in TOOLS if t in args.tools.split(",")]
+    if not tools or set(args.tools.split(",")) - set(TOOLS):
+        ap.error(f"--tools: a comma-separated list of {', '.join(TOOLS)}")
+    found, missing = ways(tools)
     figures = {w.name: Figures() for w in found}
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ebpfkit-sched-bench-") as tmp:
@@ -313,7 +316,7 @@ def main(argv=None) -> int:
                 if way.impl == "ebpfkit":
                     cold_start(way, figures[way.name])
             print(f"round {run + 1}/{args.runs} done ({time.monotonic() - started:.0f} s)", file=sys.stderr)
-    report(args.runs, switches, reads, found, missing, figures)
+    report(args.runs, switches, reads, tools, missing, figures)
     print(f"(benchmark took {time.monotonic() - started:.0f} s)")
     return 0
 
@@ -328,13 +331,15 @@ def noise(figures: dict) -> float:
 
 
 def ratio_note(ours: float, theirs: float, target: float, spread: float | None = None) -> str:
+    if math.isnan(ours) or math.isnan(theirs):
+        return "no figure here"
     if spread is not None and abs(theirs) < spread:
         return f"BCC's added cost ({theirs:+.0f} ns) is within the noise ({spread:.0f} ns): no ratio"
     ratio = ours / theirs
     return f"{ratio:.2f}x (target <= {target}x: {'PASS' if ratio <= target else 'FAIL'})"
 
 
-def report(runs, switches, reads, found, missing, figures) -> None:
+def report(runs, switches, reads, tools, missing, figures) -> None:
     where = ("inside a VM (`ebpfkit vm run`; emulated: absolute times are the emulator's, ratios compare)"
              if in_vm() else "host")
     print(f"scheduling/IRQ tools vs BCC, {runs} rounds; kernel {os.uname().release}, {where}")
@@ -349,7 +354,7 @@ def report(runs, switches, reads, found, missing, figures) -> None:
 
     print(f"{'way':<20} {'progs':>5} {'start s':>8} {'cold s':>7} {'RSS MiB':>8} {'bare ns/sw':>10} "
           f"{'+ns/switch':>10} {'BPF ns/sw':>9} {'BPF ns/IRQ':>10}")
-    for tool in TOOLS:
+    for tool in tools:
         for impl in ("ebpfkit", "BCC"):
             name = f"{impl} {tool}"
             if name in missing:

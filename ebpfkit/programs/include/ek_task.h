@@ -10,22 +10,39 @@ struct task_struct___ek_old {
 	long state;
 } __attribute__((preserve_access_index));
 
+/* A field of a task: read directly where the program's arguments are typed (tp_btf, fentry:
+ * the verifier knows the pointer, and a load costs a load), else through
+ * bpf_probe_read_kernel (raw_tp), a helper call each. ``typed`` must be a constant. */
+#define EK_TASK_FIELD(typed, t, field) ((typed) ? (t)->field : BPF_CORE_READ(t, field))
+
+static __always_inline long ek_task_state_of(struct task_struct *t, bool typed)
+{
+	struct task_struct___ek_old *old = (void *)t;
+
+	if (bpf_core_field_exists(t->__state))
+		return EK_TASK_FIELD(typed, t, __state);
+	return EK_TASK_FIELD(typed, old, state);
+}
+
 static __always_inline long ek_task_state(struct task_struct *t)
 {
-	if (bpf_core_field_exists(t->__state))
-		return BPF_CORE_READ(t, __state);
-	return BPF_CORE_READ((struct task_struct___ek_old *)t, state);
+	return ek_task_state_of(t, false);
 }
 
 /* A tool's -p/-t filter: t is of thread group tgid and is thread tid (0: any), and is not an
  * idle task (pid 0). */
+static __always_inline bool ek_task_selected_of(struct task_struct *t, __u32 tgid, __u32 tid, bool typed)
+{
+	__u32 pid = EK_TASK_FIELD(typed, t, pid);
+
+	if (tgid && EK_TASK_FIELD(typed, t, tgid) != tgid)
+		return false;
+	return pid && (!tid || pid == tid);
+}
+
 static __always_inline bool ek_task_selected(struct task_struct *t, __u32 tgid, __u32 tid)
 {
-	if (tgid && BPF_CORE_READ(t, tgid) != tgid)
-		return false;
-	if (tid && BPF_CORE_READ(t, pid) != tid)
-		return false;
-	return BPF_CORE_READ(t, pid) != 0;
+	return ek_task_selected_of(t, tgid, tid, false);
 }
 
 /* The id of the task's cgroup v2 (what bpf_get_current_cgroup_id() gives for current):

@@ -10,9 +10,16 @@
 
 #define IRQ_NAME_LEN 32
 
+/* Keyed by the handler (its irqaction) rather than its name: building a key then costs no
+ * string copy, and the name is read once, when a handler's entry is made. */
 struct hardirq_key {
 	__u32 irq;
 	__u32 cpu; /* 0 unless per CPU */
+	__u64 action; /* the struct irqaction's address: one handler of the IRQ line */
+};
+
+struct hardirq_stat {
+	struct ek_handler_stat stat;
 	char name[IRQ_NAME_LEN]; /* the handler's (irqaction's) name, as /proc/interrupts shows it */
 };
 
@@ -20,15 +27,20 @@ struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 4096);
 	__type(key, struct hardirq_key);
-	__type(value, struct ek_handler_stat);
+	__type(value, struct hardirq_stat);
 } stats SEC(".maps");
 
 static __always_inline struct ek_handler_stat *stat_of(int irq, struct irqaction *action)
 {
-	struct hardirq_key key = {.irq = irq, .cpu = ek_handler_cpu()};
+	struct hardirq_key key = {.irq = irq, .cpu = ek_handler_cpu(), .action = (__u64)action};
+	struct hardirq_stat *found = bpf_map_lookup_elem(&stats, &key), fresh = {};
 
-	bpf_probe_read_kernel_str(&key.name, sizeof(key.name), BPF_CORE_READ(action, name));
-	return ek_handler_stat_of(&stats, &key);
+	if (!found) {
+		bpf_probe_read_kernel_str(&fresh.name, sizeof(fresh.name), BPF_CORE_READ(action, name));
+		bpf_map_update_elem(&stats, &key, &fresh, BPF_NOEXIST);
+		found = bpf_map_lookup_elem(&stats, &key);
+	}
+	return found ? &found->stat : NULL;
 }
 
 static __always_inline int handler_entry(int irq, struct irqaction *action)

@@ -43,8 +43,8 @@ class Session(HandlerStatsSession):
     HOOKS = (TYPED_HOOK, RAW_HOOK)
 
     def _stat(self, key, value) -> IrqStat:
-        label = f"hardirq = {key.name} (irq {key.irq})"
-        return IrqStat(irq=key.irq, **self._fields(key, value, key.name, label))
+        label = f"hardirq = {value.name} (irq {key.irq})"
+        return IrqStat(irq=key.irq, **self._fields(key, value.stat, value.name, label))
 
 
 def open(config: Config | None = None, **settings) -> Session:  # noqa: A001 - the session verb

@@ -16,6 +16,8 @@ EXAMPLES = """\b
 Examples:
   ebpfkit memleak -p 185              outstanding allocations of PID 185 by stack, every 5 s
   ebpfkit memleak -c "./app --flag"   start ./app and trace it from its first allocation
+  ebpfkit memleak -c "LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 ./app"
+                                      ./app on jemalloc (detected: its functions are probed)
   ebpfkit memleak -p 185 -o 10000 10  only allocations older than 10 s, every 10 s
   ebpfkit memleak -p 185 --combined-only -T 5 1 30
                                       per-stack totals kept in the kernel (cheaper), top 5
@@ -38,7 +40,8 @@ COUNTER_LABELS = {
     "allocs": "allocations recorded", "frees": "frees of recorded allocations",
     "stack_missed": "stacks not recorded (stack map full: raise --stack-storage-size)",
     "allocs_full": "allocations not recorded (allocations map full: raise --max-allocations)",
-    "unknown_frees": "frees of unrecorded addresses (allocated before tracing, or not sampled)",
+    "unknown_frees": ("frees of unrecorded addresses (allocated before tracing, or not sampled; "
+                      "glibc's thread exit frees the thread's tcache)"),
     "threads_full": "allocator calls not followed (thread map full)"}
 WARNED = ("stack_missed", "allocs_full", "threads_full")
 

@@ -1,6 +1,6 @@
 """Which files to put memleak's uprobes on: the allocator's library (glibc's libc, jemalloc,
-tcmalloc, or the one -O names), libc for mmap/munmap, and whatever exports C++'s operator
-new/delete (libstdc++, tcmalloc). The libraries come from the process's /proc/PID/maps (-p)
+tcmalloc, or the one -O names), libc and the allocator for mmap/munmap, and whatever exports
+C++'s operator new/delete (libstdc++, jemalloc, tcmalloc). The libraries come from the process's /proc/PID/maps (-p)
 or, for a command not started yet (-c), from the dynamic loader's own list of what it would
 load (`ld.so --list`, as ldd does)."""
 
@@ -25,7 +25,14 @@ ALLOCATOR_FUNCTIONS = (
     ("memalign", "memalign_enter"), ("valloc", "malloc_enter"), ("pvalloc", "malloc_enter"),
     ("free", "free_enter"))
 REQUIRED = ("malloc", "free")
-LIBC_FUNCTIONS = (("mmap", "mmap_enter"), ("munmap", "munmap_enter"))
+# an allocator's own API beside the standard one (jemalloc's *allocx; its xallocx, resizing in
+# place, is not followed: the block keeps the size it was recorded with)
+PRESET_FUNCTIONS = {"jemalloc": (
+    ("mallocx", "malloc_enter"), ("rallocx", "realloc_enter"), ("dallocx", "free_enter"),
+    ("sdallocx", "free_enter"))}
+# libc's, and the allocator's where it exports its own (tcmalloc's mmap/munmap hook wrappers make
+# the system call themselves: a preloaded tcmalloc takes the program's mmaps from libc)
+MAPPING_FUNCTIONS = (("mmap", "mmap_enter"), ("mmap64", "mmap_enter"), ("munmap", "munmap_enter"))
 # operator new/new[] (plain, nothrow, aligned) and delete/delete[] (plain, sized, aligned, nothrow)
 CXX_FUNCTIONS = (
     *((name, "malloc_enter") for name in (
@@ -72,12 +79,12 @@ def mapped_libraries(pid: int) -> list[str]:
     return paths
 
 
-def linked_libraries(executable: str) -> list[str]:
-    """The executable and the libraries the dynamic loader would load for it (LD_PRELOAD
-    included), before it runs; just the executable when it is static."""
+def linked_libraries(executable: str, env: dict | None = None) -> list[str]:
+    """The executable and the libraries the dynamic loader would load for it with ``env``
+    (LD_PRELOAD included), before it runs; just the executable when it is static."""
     loader = _dynamic_loader()
     listed = subprocess.run([loader, "--list", executable], capture_output=True, text=True,
-                            timeout=30) if loader else None
+                            timeout=30, env=env) if loader else None
     paths = [executable]
     for line in listed.stdout.splitlines() if listed and listed.returncode == 0 else []:
         _, arrow, rest = line.partition("=>")
@@ -97,9 +104,21 @@ def _dynamic_loader() -> str | None:
     return None
 
 
+def split_settings(command: list[str]) -> tuple[dict, list[str]]:
+    """The leading NAME=VALUE words of a command line, as a shell takes them (the command's
+    environment: `-c "LD_PRELOAD=libjemalloc.so.2 ./app"`), and the command after them."""
+    settings = {}
+    for i, word in enumerate(command):
+        name, equals, value = word.partition("=")
+        if not (equals and name.isidentifier()):
+            return settings, command[i:]
+        settings[name] = value
+    return settings, []
+
+
 def find_executable(command: list[str]) -> str:
     if not command:
-        raise ConfigError("command", "is empty")
+        raise ConfigError("command", "names no program to run")
     found = shutil.which(command[0])
     if not found:
         raise ConfigError("command", f"{command[0]!r}: no such program (not a path, not on PATH)")
@@ -119,19 +138,19 @@ def plan(libraries: list[str], allocator: str | None, library: str | None) -> Pl
         if path is None:
             raise ConfigError("allocator", f"{name}: no {PRESETS[name]}* among the process's libraries "
                                            f"({', '.join(map(os.path.basename, libraries)) or 'none'})")
-    probes = _probes(path, ALLOCATOR_FUNCTIONS)
+    probes = _probes(path, ALLOCATOR_FUNCTIONS + PRESET_FUNCTIONS.get(name, ()))
     found = {p.symbol for p in probes}
     missing = [f for f in REQUIRED if f not in found]
     if missing:
         raise ConfigError("library" if library else "allocator",
                           f"{path} exports no {' or '.join(missing)}: not an allocator library")
-    libc = _find(libraries, PRESETS["glibc"])
-    if libc:
-        probes += _probes(libc, LIBC_FUNCTIONS)
+    for mapper in dict.fromkeys([path, _find(libraries, PRESETS["glibc"])]):
+        if mapper:
+            probes += _probes(mapper, MAPPING_FUNCTIONS)
     for cxx in dict.fromkeys([path, _find(libraries, CXX_LIBRARY)]):
         if cxx:
             probes += _probes(cxx, CXX_FUNCTIONS)
-    return Plan(name, path, tuple(_with_returns(probes)))
+    return Plan(name, path, tuple(_with_returns(_one_per_address(probes))))
 
 
 def _detect(libraries: list[str]) -> str:
@@ -143,20 +162,28 @@ def _find(libraries: list[str], prefix: str) -> str | None:
 
 
 def _probes(path: str, functions) -> list[Probe]:
-    """A probe for each function ``path`` exports, one per address (aliases, e.g. glibc's
-    aligned_alloc and memalign, would otherwise run the program twice)."""
+    """A probe for each function ``path`` exports."""
     from ...engine.symbols import SymbolError, elf_symbol_offset
 
-    probes, seen = [], set()
+    probes = []
     for symbol, program in functions:
         try:
-            offset = elf_symbol_offset(path, symbol)
+            probes.append(Probe(path, symbol, elf_symbol_offset(path, symbol), program))
         except (SymbolError, OSError):
             continue
-        if offset not in seen:
-            seen.add(offset)
-            probes.append(Probe(path, symbol, offset, program))
     return probes
+
+
+def _one_per_address(probes: list[Probe]) -> list[Probe]:
+    """The first probe at each address of a file: aliases (glibc's aligned_alloc and memalign;
+    tcmalloc's operator new and malloc, operator delete and free) would otherwise run two
+    programs for one call, and the allocator's own name wins over the C++ one."""
+    seen, kept = set(), []
+    for probe in probes:
+        if (probe.path, probe.offset) not in seen:
+            seen.add((probe.path, probe.offset))
+            kept.append(probe)
+    return kept
 
 
 def _with_returns(probes: list[Probe]) -> list[Probe]:

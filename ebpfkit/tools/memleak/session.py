@@ -288,12 +288,17 @@ def _signed(stack_id) -> int:
 
 def _start_held(argv: list[str]):
     """``argv`` started but held before its exec (a shell waiting on a pipe, then exec'ing it:
-    the same PID), the pipe's end to release it by, and the libraries it will load."""
+    the same PID), the pipe's end to release it by, and the libraries it will load. NAME=VALUE
+    words before the program are its environment (LD_PRELOAD among them), exported by the shell
+    just before the exec: the shell itself runs without them (no preloaded allocator)."""
+    settings, argv = libraries.split_settings(argv)
     executable = libraries.find_executable(argv)
-    libs = libraries.linked_libraries(executable)
+    libs = libraries.linked_libraries(executable, {**os.environ, **settings})
     hold, go = os.pipe()
+    exports = [f"{name}={value}" for name, value in settings.items()]
+    script = 'read _ <&3; exec 3<&-; while [ "$1" != -- ]; do export "$1"; shift; done; shift; exec "$@"'
     try:
-        process = subprocess.Popen(["/bin/sh", "-c", 'read _ <&3; exec 3<&-; exec "$@"', "memleak", *argv],
+        process = subprocess.Popen(["/bin/sh", "-c", script, "memleak", *exports, "--", *argv],
                                    pass_fds=(hold,))
     finally:
         os.close(hold)

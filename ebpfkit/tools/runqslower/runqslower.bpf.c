@@ -24,8 +24,10 @@ struct waiting {
 	char waker_comm[TASK_COMM_LEN];
 };
 
+/* Entries are written in place and never deleted (a switch costs lookups, not an insert and a
+ * delete); LRU, so threads that are gone make room for new ones. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 10240);
 	__type(key, __u32); /* tid */
 	__type(value, struct waiting);
@@ -36,66 +38,74 @@ EK_EXPORT_TYPE(struct runqslower_event);
 
 static struct waiting nobody;
 
-static __always_inline bool traced(struct task_struct *t)
+/* ``typed``: the task pointers are typed (tp_btf), so their fields are read directly. */
+static __always_inline bool traced(struct task_struct *t, bool typed)
 {
-	return ek_task_selected(t, targ_tgid, targ_tid);
+	return ek_task_selected_of(t, targ_tgid, targ_tid, typed);
+}
+
+/* tid's entry, made (nobody waiting, no waker) if it has none. */
+static __always_inline struct waiting *entry(__u32 tid)
+{
+	struct waiting *w = bpf_map_lookup_elem(&start, &tid);
+
+	if (w)
+		return w;
+	bpf_map_update_elem(&start, &tid, &nobody, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&start, &tid);
 }
 
 /* Called in the waker's context: it is the current task. */
-static __always_inline int waking(struct task_struct *p)
+static __always_inline int waking(struct task_struct *p, bool typed)
 {
-	struct waiting w = {}, *queued;
-	__u32 tid;
+	struct waiting *w;
 
-	if (!traced(p))
+	if (!traced(p, typed))
 		return 0;
-	tid = BPF_CORE_READ(p, pid);
-	queued = bpf_map_lookup_elem(&start, &tid);
-	if (queued && queued->since)
+	w = entry(EK_TASK_FIELD(typed, p, pid));
+	if (!w || w->since)
 		return 0; /* already waiting in a run queue (preempted): this wakes nothing */
-	w.waker_pid = bpf_get_current_pid_tgid() >> 32;
-	bpf_get_current_comm(&w.waker_comm, sizeof(w.waker_comm));
-	bpf_map_update_elem(&start, &tid, &w, BPF_ANY);
+	w->waker_pid = bpf_get_current_pid_tgid() >> 32;
+	bpf_get_current_comm(&w->waker_comm, sizeof(w->waker_comm));
 	return 0;
 }
 
-/* Now in the run queue: the wait starts (keeping the waker sched_waking recorded). */
-static __always_inline int enqueued(struct task_struct *p, bool preempted)
+/* Now in the run queue: the wait starts (keeping the waker sched_waking recorded; a
+ * preempted task has none). */
+static __always_inline int enqueued(struct task_struct *p, bool preempted, bool typed)
 {
 	struct waiting *w;
-	__u32 tid;
 
-	if (!traced(p))
+	if (!traced(p, typed))
 		return 0;
-	tid = BPF_CORE_READ(p, pid);
-	w = preempted ? NULL : bpf_map_lookup_elem(&start, &tid);
-	if (!w) {
-		bpf_map_update_elem(&start, &tid, &nobody, BPF_ANY);
-		w = bpf_map_lookup_elem(&start, &tid);
-		if (!w)
-			return 0;
+	w = entry(EK_TASK_FIELD(typed, p, pid));
+	if (!w)
+		return 0;
+	if (preempted) {
+		w->waker_pid = 0;
+		w->waker_comm[0] = 0;
 	}
 	w->since = bpf_ktime_get_ns();
 	return 0;
 }
 
-static __always_inline int switched(struct task_struct *prev, struct task_struct *next)
+static __always_inline int switched(struct task_struct *prev, struct task_struct *next, bool typed)
 {
 	struct runqslower_event *ev;
 	struct waiting *w;
 	__u64 now, delay_us;
 	__u32 tid;
 
-	if (ek_task_state(prev) == EK_TASK_RUNNING)
-		enqueued(prev, true);
+	if (ek_task_state_of(prev, typed) == EK_TASK_RUNNING)
+		enqueued(prev, true, typed);
 
-	tid = BPF_CORE_READ(next, pid);
+	tid = EK_TASK_FIELD(typed, next, pid);
 	w = bpf_map_lookup_elem(&start, &tid);
-	if (!w)
+	if (!w || !w->since)
 		return 0;
 	now = bpf_ktime_get_ns();
-	delay_us = w->since && now > w->since ? (now - w->since) / 1000 : 0;
-	if (!w->since || delay_us < targ_min_us)
+	delay_us = now > w->since ? (now - w->since) / 1000 : 0;
+	if (delay_us < targ_min_us)
 		goto done;
 
 	ev = ek_ringbuf_reserve(events, sizeof(*ev));
@@ -103,47 +113,49 @@ static __always_inline int switched(struct task_struct *prev, struct task_struct
 		goto done;
 	ev->ts = now;
 	ev->delay_us = delay_us;
-	ev->pid = BPF_CORE_READ(next, tgid);
+	ev->pid = EK_TASK_FIELD(typed, next, tgid);
 	ev->tid = tid;
 	ev->cpu = bpf_get_smp_processor_id();
-	ev->prev_tid = BPF_CORE_READ(prev, pid);
+	ev->prev_tid = EK_TASK_FIELD(typed, prev, pid);
 	ev->waker_pid = w->waker_pid;
 	BPF_CORE_READ_STR_INTO(&ev->comm, next, comm);
 	BPF_CORE_READ_STR_INTO(&ev->prev_comm, prev, comm);
 	__builtin_memcpy(ev->waker_comm, w->waker_comm, sizeof(ev->waker_comm));
 	bpf_ringbuf_submit(ev, 0);
 done:
-	bpf_map_delete_elem(&start, &tid);
+	w->since = 0;
+	w->waker_pid = 0;
+	w->waker_comm[0] = 0;
 	return 0;
 }
 
 /* Each hook twice: as BTF-typed tracepoints where the kernel has BTF of its own, and as raw
  * tracepoints (the same arguments untyped, read through CO-RE: a --btf file suffices). */
-#define RUNQSLOWER_HOOKS(kind, suffix)                                                            \
+#define RUNQSLOWER_HOOKS(kind, suffix, typed)                                                     \
 	SEC(#kind "/sched_waking")                                                                \
 	int BPF_PROG(runqslower_waking##suffix, struct task_struct *p)                            \
 	{                                                                                         \
-		return waking(p);                                                                 \
+		return waking(p, typed);                                                          \
 	}                                                                                         \
 	SEC(#kind "/sched_wakeup")                                                                \
 	int BPF_PROG(runqslower_wakeup##suffix, struct task_struct *p)                            \
 	{                                                                                         \
-		return enqueued(p, false);                                                        \
+		return enqueued(p, false, typed);                                                 \
 	}                                                                                         \
 	SEC(#kind "/sched_wakeup_new")                                                            \
 	int BPF_PROG(runqslower_wakeup_new##suffix, struct task_struct *p)                        \
 	{                                                                                         \
-		waking(p); /* in the parent, which woke it by forking it */                       \
-		return enqueued(p, false);                                                        \
+		waking(p, typed); /* in the parent, which woke it by forking it */                \
+		return enqueued(p, false, typed);                                                 \
 	}                                                                                         \
 	SEC(#kind "/sched_switch")                                                                \
 	int BPF_PROG(runqslower_switch##suffix, bool preempt, struct task_struct *prev,           \
 		     struct task_struct *next)                                                    \
 	{                                                                                         \
-		return switched(prev, next);                                                      \
+		return switched(prev, next, typed);                                               \
 	}
 
-RUNQSLOWER_HOOKS(tp_btf, )
-RUNQSLOWER_HOOKS(raw_tp, _raw)
+RUNQSLOWER_HOOKS(tp_btf, , true)
+RUNQSLOWER_HOOKS(raw_tp, _raw, false)
 
 char LICENSE[] SEC("license") = "GPL";

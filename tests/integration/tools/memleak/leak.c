@@ -1,9 +1,11 @@
 /* memleak's ground truth: after "go" on stdin, THREADS threads (or the main thread when 0)
  * each leak exactly LEAKS blocks of SIZE bytes from leak_here() and allocate and free many
- * more through every allocator function elsewhere (balanced()); then "done" on stdout, and
+ * more through every allocator function elsewhere (balanced(); jemalloc's mallocx and friends
+ * too when it is the allocator); then "done" on stdout, and
  * it waits for stdin to close. Built by the test with -g -fno-omit-frame-pointer (-O0: no
  * tail call hides leak_here as malloc's caller). */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -19,6 +21,11 @@ static size_t size;
 static void *kept[4096];
 static int nkept;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+/* jemalloc's own API, where the allocator is jemalloc (looked up: the program is not linked with it) */
+static void *(*mallocx)(size_t, int);
+static void *(*rallocx)(void *, size_t, int);
+static void (*dallocx)(void *, int);
+static void (*sdallocx)(void *, size_t, int);
 
 __attribute__((noinline)) void leak_here(void)
 {
@@ -45,6 +52,10 @@ __attribute__((noinline)) void balanced(int round)
 	munmap(m, 8192);
 	free(a), free(b), free(c), free(d), free(e), free(f), free(g);
 	free(realloc(malloc(10), 0)); /* realloc(p, 0) frees p (and returns NULL) */
+	if (mallocx) {
+		dallocx(rallocx(mallocx(64 + round, 0), 4096 + round, 0), 0);
+		sdallocx(mallocx(80, 0), 80, 0);
+	}
 }
 
 static void *work(void *arg)
@@ -63,6 +74,8 @@ int main(int argc, char **argv)
 	char line[16];
 
 	threads = atoi(argv[1]), leaks = atoi(argv[2]), size = strtoul(argv[3], NULL, 0);
+	mallocx = dlsym(RTLD_DEFAULT, "mallocx"), rallocx = dlsym(RTLD_DEFAULT, "rallocx");
+	dallocx = dlsym(RTLD_DEFAULT, "dallocx"), sdallocx = dlsym(RTLD_DEFAULT, "sdallocx");
 	if (!fgets(line, sizeof(line), stdin))
 		return 1;
 	if (!threads)

@@ -6,6 +6,7 @@ LEAKS x SIZE bytes in LEAKS allocations, and no balanced() stack is outstanding.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import signal
@@ -25,6 +26,15 @@ pytestmark = [
 
 HERE = Path(__file__).parent
 LEAKS, SIZE, THREADS = 5, 3000, 16
+ROUNDS = 200  # leak.c's balanced() rounds per thread
+# allocating calls in one balanced() round that reach an allocator probe: malloc, calloc, two
+# reallocs, posix_memalign, aligned_alloc, memalign, valloc, mmap, malloc(10) (realloc(p, 0)
+# returns nothing); under jemalloc also mallocx twice and rallocx
+CALLS_PER_ROUND = {"glibc": 10, "jemalloc": 13, "tcmalloc": 10}
+# Debian's packages (libjemalloc2, libtcmalloc-minimal4; scripts/setup.sh --test installs them)
+ALLOCATOR_FILES = {"jemalloc": "libjemalloc.so.2", "tcmalloc": "libtcmalloc_minimal.so.4"}
+# glibc's tcache: 64 bins of at most 7 chunks by default, handed back to free() at thread exit
+TCACHE_BINS, TCACHE_COUNT = 64, 7
 
 
 @pytest.fixture(scope="module")
@@ -37,9 +47,19 @@ def programs(tmp_path_factory):
     return built
 
 
-def start(binary, *args):
+def allocator_file(allocator: str) -> str:
+    found = sorted(glob.glob(f"/usr/lib/*/{ALLOCATOR_FILES[allocator]}"))
+    assert found, f"{ALLOCATOR_FILES[allocator]} is not installed (scripts/setup.sh --test installs it)"
+    return found[0]
+
+
+def start(binary, *args, preload: str | None = None, **env):
+    """``binary ARGS``, with ``preload`` as LD_PRELOAD (how a user runs a program on jemalloc or
+    tcmalloc) and ``env`` added to its environment."""
+    if preload:
+        env["LD_PRELOAD"] = allocator_file(preload)
     return subprocess.Popen([str(binary), *map(str, args)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True)
+                            text=True, env={**os.environ, **env})
 
 
 def go(program) -> None:
@@ -108,6 +128,47 @@ def test_sixteen_threads_exact(programs, combined):
     assert_only_the_leak(sample, THREADS * LEAKS, SIZE)
     if combined:
         assert all(s["oldest_ms"] is None for s in sample["stacks"])
+    # glibc frees each exiting thread's tcache (its cached free chunks, then itself): not the
+    # program's frees, nor ever recorded (test_thread_exit_frees_are_glibcs_tcache)
+    assert sample["counters"]["unknown_frees"] <= THREADS * (TCACHE_BINS * TCACHE_COUNT + 1), sample["counters"]
+
+
+def test_thread_exit_frees_are_glibcs_tcache(programs):
+    """The only frees of unrecorded addresses in a threaded program are glibc's at thread exit
+    (tcache_thread_shutdown: the chunks the thread's tcache holds, then the tcache itself,
+    allocated inside malloc): with the tcache holding no chunk, exactly one per thread is left."""
+    program = start(programs["c"], THREADS, LEAKS, SIZE, GLIBC_TUNABLES="glibc.malloc.tcache_count=0")
+    sample, _ = traced_by_pid(program)
+    assert_only_the_leak(sample, THREADS * LEAKS, SIZE)
+    assert sample["counters"]["unknown_frees"] == THREADS, sample["counters"]
+
+
+def assert_every_call_seen(sample: dict, allocator: str, threads: int) -> None:
+    """Every allocating call balanced() made was recorded (the allocator's own API and its mmap
+    wrappers included), and every free found its allocation."""
+    counters = sample["counters"]
+    assert counters["allocs"] >= max(threads, 1) * ROUNDS * CALLS_PER_ROUND[allocator], counters
+    assert counters["unknown_frees"] == 0, counters
+
+
+@pytest.mark.parametrize("threads", [0, THREADS], ids=["one-thread", "16-threads"])
+@pytest.mark.parametrize("how", ["preset", "detected"])
+@pytest.mark.parametrize("allocator", ["jemalloc", "tcmalloc"])
+def test_allocator_preloaded(programs, allocator, how, threads):
+    """The program on jemalloc or tcmalloc (LD_PRELOAD): the leak found exactly with
+    --allocator, and with the allocator detected from the maps."""
+    options = ["--allocator", allocator] if how == "preset" else []
+    sample, _ = traced_by_pid(start(programs["c"], threads, LEAKS, SIZE, preload=allocator), *options)
+    assert_only_the_leak(sample, max(threads, 1) * LEAKS, SIZE)
+    assert_every_call_seen(sample, allocator, threads)
+
+
+@pytest.mark.parametrize("allocator", ["jemalloc", "tcmalloc"])
+def test_cpp_new_preloaded(programs, allocator):
+    """Their own operator new/delete (sized delete too; tcmalloc's share malloc's and free's code)."""
+    sample, _ = traced_by_pid(start(programs["cpp"], LEAKS, SIZE, preload=allocator))
+    assert_only_the_leak(sample, LEAKS, SIZE, CPP_LEAK)
+    assert sample["counters"]["unknown_frees"] == 0, sample["counters"]
 
 
 def test_cpp_new(programs):
@@ -116,11 +177,9 @@ def test_cpp_new(programs):
     assert sample["counters"]["unknown_frees"] == 0, sample["counters"]  # delete's own free() is not one
 
 
-def test_command_started_held_until_traced(programs):
-    """-c: the program's first allocations are seen (it allocates right after "go", which
-    the test sends at once: the tool holds it before its exec until attached)."""
-    proc = subprocess.Popen([sys.executable, "-m", "ebpfkit", "--format", "json", "memleak", "-c",
-                             f"{programs['c']} 0 {LEAKS} {SIZE}", "0.5"],
+def traced_command(command: str) -> tuple[dict, str]:
+    """`ebpfkit memleak -c COMMAND 0.5`, "go" sent at once: its last sample and the command's output."""
+    proc = subprocess.Popen([sys.executable, "-m", "ebpfkit", "--format", "json", "memleak", "-c", command, "0.5"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         proc.stdin.write("go\n")
@@ -133,8 +192,25 @@ def test_command_started_held_until_traced(programs):
             proc.kill()
             proc.communicate()
     assert proc.returncode == 0, stderr
+    return last_sample(stdout), stdout
+
+
+def test_command_started_held_until_traced(programs):
+    """-c: the program's first allocations are seen (it allocates right after "go", which
+    the test sends at once: the tool holds it before its exec until attached)."""
+    sample, stdout = traced_command(f"{programs['c']} 0 {LEAKS} {SIZE}")
     assert "done 5" in stdout
-    assert_only_the_leak(last_sample(stdout), LEAKS, SIZE)
+    assert_only_the_leak(sample, LEAKS, SIZE)
+
+
+@pytest.mark.parametrize("allocator", ["jemalloc", "tcmalloc"])
+def test_command_with_preload(programs, allocator):
+    """-c "LD_PRELOAD=LIB CMD ARGS": the setting is the command's environment, as in a shell, and
+    the allocator it preloads is detected before the command runs."""
+    sample, stdout = traced_command(f"LD_PRELOAD={allocator_file(allocator)} {programs['c']} 0 {LEAKS} {SIZE}")
+    assert "done 5" in stdout
+    assert_only_the_leak(sample, LEAKS, SIZE)
+    assert_every_call_seen(sample, allocator, 0)
 
 
 def test_a_full_stack_map_is_counted_and_shown(programs):
@@ -158,6 +234,7 @@ def test_sigkill_leaves_nothing(programs):
     (["-p", "1", "-c", "true"], "cannot be combined with command"),
     (["-p", "1", "--combined-only", "-o", "100"], "cannot be combined with min_age_ms"),
     (["-c", "no-such-program-here"], "'no-such-program-here': no such program"),
+    (["-c", "LD_PRELOAD=/x.so"], "names no program to run"),
     (["-p", "1", "-z", "100", "-Z", "10"], "must be at least min_size (100)"),
     (["-p", "1", "-s", "0"], "must be greater than 0"),
     (["-p", str(os.getpid()), "--allocator", "jemalloc"], "jemalloc: no libjemalloc.so* among the process's libraries"),
