@@ -315,7 +315,10 @@ def main(argv=None) -> int:
                 measure_round(way, loops, figures[way.name])
                 if way.impl == "ebpfkit":
                     cold_start(way, figures[way.name])
-            print(f"round {run + 1}/{args.runs} done ({time.monotonic() - started:.0f} s)", file=sys.stderr)
+            # each round's figures as they come: a run cut short still says what it saw
+            print(f"round {run + 1}/{args.runs} done ({time.monotonic() - started:.0f} s): " + "; ".join(
+                f"{w.name} {f.added()[-1]:+.0f} ns/sw, BPF {f.bpf_per_switch[-1]:.0f} ns/sw, "
+                f"start {f.start_s[-1]:.2f} s" for w in found if (f := figures[w.name]).start_s), file=sys.stderr)
     report(args.runs, switches, reads, tools, missing, figures)
     print(f"(benchmark took {time.monotonic() - started:.0f} s)")
     return 0
