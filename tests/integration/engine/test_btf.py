@@ -31,8 +31,10 @@ u64 opens = 0;
 SEC("tp/syscalls/sys_enter_openat")
 int count_openat(struct trace_event_raw_sys_enter *ctx)
 {
-    /* ctx->id: a CO-RE field relocation, so loading needs BTF from somewhere */
-    if ((bpf_get_current_pid_tgid() >> 32) == targ_tgid && ctx->id >= 0)
+    /* ctx->args: a CO-RE field relocation, so loading needs BTF from somewhere. args[1] is
+     * openat's filename, never NULL here. (Not ctx->id: in a per-syscall tracepoint's record
+     * that slot is a 4-byte __syscall_nr and padding, which 6.18 leaves unzeroed.) */
+    if ((bpf_get_current_pid_tgid() >> 32) == targ_tgid && ctx->args[1])
         __sync_fetch_and_add(&opens, 1);
     return 0;
 }
