@@ -66,7 +66,8 @@ WARNED = ("stack_missed", "allocs_full", "threads_full")
 @click.option("-K", "--growth-intervals", type=int, default=3, show_default=True, metavar="K",
               help="Flag a stack growing when its bytes grew at each of the last K intervals.")
 @click.option("--stack-storage-size", type=int, default=16384, show_default=True, metavar="N",
-              help="How many distinct stacks the kernel can keep.")
+              help="How many distinct stacks the kernel can keep (a quarter more for stacks "
+                   "whose slot another stack took).")
 @click.option("--max-allocations", type=int, default=262144, show_default=True, metavar="N",
               help="How many outstanding allocations the kernel can keep.")
 @click.option("--kinds", default=",".join(KINDS), show_default=True, metavar="KIND[,KIND]",

@@ -42,6 +42,17 @@ struct {
 	__uint(value_size, MEMLEAK_MAX_STACK_DEPTH * sizeof(__u64));
 } stacks SEC(".maps");
 
+/* A stack map keeps one stack per bucket (its hash's low bits): a stack whose bucket already
+ * holds another one is refused (-EEXIST) for as long as that one stays, however empty the
+ * map. Such stacks are kept here instead, in buckets of their own, and their ids are offset
+ * by MEMLEAK_SPILL_BASE. The session sizes it (a quarter of `stacks`). */
+struct {
+	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(max_entries, 4096);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, MEMLEAK_MAX_STACK_DEPTH * sizeof(__u64));
+} spilled_stacks SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, MEMLEAK_NR_COUNTERS);
@@ -80,11 +91,22 @@ static __always_inline void add_combined(__s32 stack_id, __s64 bytes, __s64 n)
 	__sync_fetch_and_add(&c->count, n);
 }
 
+/* The stack's id: in `stacks`, or in `spilled_stacks` (offset) where its bucket was taken. */
+static __always_inline __s32 stack_id_of(void *ctx)
+{
+	__s32 id = bpf_get_stackid(ctx, &stacks, MEMLEAK_STACK_FLAGS);
+
+	if (id != -MEMLEAK_EEXIST)
+		return id;
+	id = bpf_get_stackid(ctx, &spilled_stacks, MEMLEAK_STACK_FLAGS);
+	return id < 0 ? id : id + MEMLEAK_SPILL_BASE;
+}
+
 static __always_inline void record(void *ctx, __u64 addr, __u64 size)
 {
 	struct alloc_info info = {.size = size, .timestamp_ns = bpf_ktime_get_ns()};
 
-	info.stack_id = bpf_get_stackid(ctx, &stacks, MEMLEAK_STACK_FLAGS);
+	info.stack_id = stack_id_of(ctx);
 	if (info.stack_id < 0)
 		count(MEMLEAK_STACK_MISSED);
 	if (bpf_map_update_elem(&allocs, &addr, &info, BPF_ANY)) {

@@ -40,6 +40,8 @@ PROGRAM = os.path.join(os.path.dirname(__file__), "memleak.bpf.c")
 ALLOCATORS = tuple(libraries.PRESETS)
 COUNTERS = ("allocs", "frees", "stack_missed", "allocs_full", "unknown_frees", "threads_full")
 MISSED_STACK = "[stack not recorded: stack map full]"
+SPILL_BASE = 1 << 30  # memleak.h's MEMLEAK_SPILL_BASE: ids at and above it are spilled_stacks'
+SPILL_SHARE = 4       # spilled_stacks holds a quarter of what stacks does
 KINDS = kernel.KINDS
 
 
@@ -80,6 +82,8 @@ class Config(ToolConfig):
                                           f"got {self.max_size}")
         for name in ("sample_every", "growth_intervals", "stack_storage_size", "max_allocations"):
             check_positive(name, getattr(self, name))
+        if self.stack_storage_size > SPILL_BASE:
+            raise ConfigError("stack_storage_size", f"must be at most {SPILL_BASE}, got {self.stack_storage_size}")
 
     def _validate_mode(self) -> None:
         """Kernel mode (no pid, no command) follows ``kinds``; the allocator settings are a process's."""
@@ -158,6 +162,7 @@ class Session(ToolSession):
                 "max_size": (1 << 64) - 1 if config.max_size is None else config.max_size,
                 "sample_every": config.sample_every, "combined_only": config.combined_only})
             spec.maps["stacks"].max_entries = config.stack_storage_size
+            spec.maps["spilled_stacks"].max_entries = max(config.stack_storage_size // SPILL_SHARE, 1)
             spec.maps["allocs"].max_entries = config.max_allocations
             self._obj = spec.load()
             if config.kernel:
@@ -168,6 +173,7 @@ class Session(ToolSession):
                         probe.path, offset=probe.offset, pid=self.pid, retprobe=probe.retprobe)
             self._symbolizer = Symbolizer()
             self._stacks = StackTraces(self._obj.maps["stacks"], self._symbolizer)
+            self._spilled = StackTraces(self._obj.maps["spilled_stacks"], self._symbolizer)
             self._release()
         except BaseException:
             self.close()
@@ -276,9 +282,10 @@ class Session(ToolSession):
 
         if stack_id < 0:
             return (MISSED_STACK,)
+        addresses = self._spilled.get(stack_id - SPILL_BASE) if stack_id >= SPILL_BASE else self._stacks.get(stack_id)
         if self.config.kernel:
-            return tuple(kernel.kernel_frames(self._symbolizer, self._stacks.get(stack_id)))
-        return tuple(user_frames(self._symbolizer, self.pid, self._stacks.get(stack_id)))
+            return tuple(kernel.kernel_frames(self._symbolizer, addresses))
+        return tuple(user_frames(self._symbolizer, self.pid, addresses))
 
 
 def _signed(stack_id) -> int:

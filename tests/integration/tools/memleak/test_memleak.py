@@ -221,6 +221,53 @@ def test_a_full_stack_map_is_counted_and_shown(programs):
     assert any(s["frames"] == ["[stack not recorded: stack map full]"] for s in sample["stacks"]), sample
 
 
+SITES = 20
+# one leak from each of SITES call sites, each its own stack; "go", "done" as leak.c
+SITES_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#define SITE(n) __attribute__((noinline)) void site_##n(void) { memset(malloc(%d), n, 1); }
+SITE(0) SITE(1) SITE(2) SITE(3) SITE(4) SITE(5) SITE(6) SITE(7) SITE(8) SITE(9)
+SITE(10) SITE(11) SITE(12) SITE(13) SITE(14) SITE(15) SITE(16) SITE(17) SITE(18) SITE(19)
+int main(void)
+{
+	void (*sites[])(void) = {site_0, site_1, site_2, site_3, site_4, site_5, site_6, site_7, site_8,
+				 site_9, site_10, site_11, site_12, site_13, site_14, site_15, site_16,
+				 site_17, site_18, site_19};
+	char line[16];
+
+	setvbuf(stdout, NULL, _IONBF, 0); /* no buffer allocated while traced */
+	if (!fgets(line, sizeof(line), stdin))
+		return 1;
+	for (int i = 0; i < %d; i++)
+		sites[i]();
+	printf("done\n");
+	fflush(stdout);
+	while (fgets(line, sizeof(line), stdin))
+		;
+	return 0;
+}
+""" % (SIZE, SITES)
+
+
+def test_stacks_whose_slot_is_taken_are_kept_apart(tmp_path):
+    """A stack map keeps one stack per bucket. With 8 buckets, 20 leaking call sites cannot
+    all have one: those refused go to the spill map (2 buckets, ids from SPILL_BASE), where the
+    first one surely finds room. Every leaked byte is still counted, on a stack or as missed."""
+    from ebpfkit.tools.memleak.session import SPILL_BASE
+
+    source, binary = tmp_path / "sites.c", tmp_path / "sites"
+    source.write_text(SITES_C)
+    subprocess.run(["gcc", "-g", "-O0", "-fno-omit-frame-pointer", "-o", binary, source], check=True)
+    sample, _ = traced_by_pid(start(binary), "--stack-storage-size", "8", "-T", "100")
+    stacks = [s for s in sample["stacks"] if any("site_" in f for f in s["frames"]) or s["stack_id"] < 0]
+    assert sum(s["bytes"] for s in stacks) == SITES * SIZE, stacks
+    spilled = [s for s in stacks if s["stack_id"] >= SPILL_BASE]
+    assert spilled and all(s["frames"][0].startswith("site_") for s in spilled), stacks
+    assert len([s for s in stacks if s["stack_id"] >= 0]) <= 8 + 2, stacks
+
+
 def test_sigkill_leaves_nothing(programs):
     program = start(programs["c"], 0, LEAKS, SIZE)
     try:
