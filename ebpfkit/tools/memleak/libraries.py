@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ...errors import ConfigError
 
@@ -49,7 +49,7 @@ RETURNS = "alloc_return"
 class Probe:
     path: str
     symbol: str
-    offset: int     # of the function in the file (aliases share one: probed once)
+    offset: int     # in the file: the function's (aliases share one: probed once), or past its first instruction (engine.uprobe_sites)
     program: str
     retprobe: bool = False
 
@@ -162,13 +162,14 @@ def _find(libraries: list[str], prefix: str) -> str | None:
 
 
 def _probes(path: str, functions) -> list[Probe]:
-    """A probe for each function ``path`` exports."""
+    """A probe for each function ``path`` exports (only its own symbols are read: the
+    allocator's functions are exported, and a stripped library's debug file is slow to read)."""
     from ...engine.symbols import SymbolError, elf_symbol_offset
 
     probes = []
     for symbol, program in functions:
         try:
-            probes.append(Probe(path, symbol, elf_symbol_offset(path, symbol), program))
+            probes.append(Probe(path, symbol, elf_symbol_offset(path, symbol, debug_file=False), program))
         except (SymbolError, OSError):
             continue
     return probes
@@ -187,8 +188,14 @@ def _one_per_address(probes: list[Probe]) -> list[Probe]:
 
 
 def _with_returns(probes: list[Probe]) -> list[Probe]:
-    """Every allocating function also gets the uretprobe recording what it returned."""
+    """Every allocating function also gets the uretprobe recording what it returned. A free has
+    only its entry probe, so that one can go where it costs least (glibc's free: past its first
+    instruction, which the kernel would single-step, see engine/uprobe_sites.py); an allocating
+    function's entry probe shares its place with the uretprobe, which must be the first byte."""
+    from ...engine.uprobe_sites import entry_offset
+
     frees = {"free_enter", "delete_enter", "munmap_enter"}
     returns = [Probe(p.path, p.symbol, p.offset, RETURNS, retprobe=True)
                for p in probes if p.program not in frees]
-    return probes + returns
+    entries = [replace(p, offset=entry_offset(p.path, p.offset)) if p.program in frees else p for p in probes]
+    return entries + returns
