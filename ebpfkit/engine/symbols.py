@@ -235,7 +235,7 @@ class ElfSymbols:
         self.path = path
         with open(path, "rb") as f:
             self._read(f)
-        self._index_extra_debug_file()
+        self._debug_file_indexed = False  # read on the first query .dynsym may not answer
 
     # --- parsing ---
 
@@ -347,7 +347,12 @@ class ElfSymbols:
         self._names = [best[a][1] for a in starts]
 
     def _index_extra_debug_file(self) -> None:
-        """No .symtab (a stripped library): use a separate debug file if one is installed."""
+        """No .symtab (a stripped library): use a separate debug file if one is installed. Done
+        once, at the first address resolved or name .dynsym lacks: a uprobe on an exported
+        function needs only .dynsym, and libc's debug file takes ~30 ms to read."""
+        if self._debug_file_indexed:
+            return
+        self._debug_file_indexed = True
         if self.has_symtab or not self._build_id or len(self._build_id) < 3:
             return
         path = os.path.join(_DEBUG_DIR, self._build_id[:2], self._build_id[2:] + ".debug")
@@ -368,6 +373,7 @@ class ElfSymbols:
     # --- queries ---
 
     def __len__(self) -> int:
+        self._index_extra_debug_file()
         return len(self._starts)
 
     @property
@@ -376,6 +382,7 @@ class ElfSymbols:
 
     def resolve_vaddr(self, vaddr: int) -> tuple[str, int] | None:
         """(function name, offset) of the function containing ``vaddr``, or None."""
+        self._index_extra_debug_file()
         i = bisect.bisect_right(self._starts, vaddr) - 1
         if i < 0:
             return None
@@ -385,8 +392,13 @@ class ElfSymbols:
             return None
         return self._names[i], vaddr - start
 
-    def symbol_vaddr(self, name: str) -> int | None:
+    def symbol_vaddr(self, name: str, debug_file: bool = True) -> int | None:
+        """The address of function ``name``; ``debug_file=False``: only as the file itself
+        names it (an exported function is always there), without reading a separate debug file."""
         entry = self._by_name.get(name)
+        if entry is None and debug_file and not self._debug_file_indexed:
+            self._index_extra_debug_file()
+            entry = self._by_name.get(name)
         return entry[1] if entry else None
 
     def file_offset_to_vaddr(self, offset: int) -> int | None:
@@ -443,10 +455,11 @@ def elf_symbols(path: str) -> ElfSymbols:
     return elf
 
 
-def elf_symbol_offset(path: str, name: str) -> int:
-    """File offset of function ``name`` in ``path`` (what a uprobe by offset needs)."""
+def elf_symbol_offset(path: str, name: str, debug_file: bool = True) -> int:
+    """File offset of function ``name`` in ``path`` (what a uprobe by offset needs);
+    ``debug_file=False`` for a name the file exports, when absence is no error worth a slow look."""
     elf = elf_symbols(path)
-    vaddr = elf.symbol_vaddr(name)
+    vaddr = elf.symbol_vaddr(name, debug_file)
     if vaddr is None:
         raise SymbolError(f"no function '{name}' in {path} (neither .symtab nor .dynsym has it)")
     offset = elf.vaddr_to_file_offset(vaddr)
