@@ -4,6 +4,7 @@ and a Launched process that reports the moment it is attached and can be stopped
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import select
@@ -348,3 +349,53 @@ def loaded_prog_ids() -> set:
 
 def median(xs):
     return statistics.median(xs) if xs else float("nan")
+
+
+# --- a tool started as a user runs it (sched_overhead.py, memleak_bench.py) ---------------------
+
+def vm_hwm(pid: int) -> int:
+    """Peak resident memory of ``pid`` so far, KiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return 0
+
+
+def stop_tool(proc: subprocess.Popen, programs, name: str, timeout: float) -> None:
+    """SIGINT (a tool detaches and exits), SIGKILL to its group if it hangs past ``timeout``;
+    then its ``programs`` (ids) must be gone, once an RCU grace period has freed them."""
+    from ebpfkit.engine import inventory
+
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    left = set(programs)
+    deadline = time.monotonic() + 5
+    while left and time.monotonic() < deadline:
+        left = {p for p in left if inventory.program(p) is not None}
+        if left:
+            time.sleep(0.05)
+    if left:
+        raise RuntimeError(f"{name}: programs {sorted(left)} still loaded after it exited")
+
+
+def consecutive_spread(series) -> float:
+    """The bare-to-bare spread: median |difference| of consecutive values within each of
+    ``series`` (one a way). Added ns below it are not distinguishable from nothing."""
+    diffs = [abs(b - a) for values in series for a, b in zip(values, values[1:])]
+    return median(diffs) if diffs else float("nan")
+
+
+def ratio_note(ours: float, theirs: float, target: float, spread: float | None = None) -> str:
+    """ours/theirs against ``target`` (PASS at or below it), unless either is missing or
+    theirs is within the noise ``spread``."""
+    if math.isnan(ours) or math.isnan(theirs) or not theirs:
+        return "no figure here"
+    if spread is not None and abs(theirs) < spread:
+        return f"BCC's added cost ({theirs:+.0f} ns) is within the noise ({spread:.0f} ns): no ratio"
+    ratio = ours / theirs
+    return f"{ratio:.2f}x (target <= {target}x: {'PASS' if ratio <= target else 'FAIL'})"

@@ -38,10 +38,8 @@ Targets (issue 19): added ns per switch and per IRQ <= 0.5x BCC's, start-up <= 0
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import select
-import signal
 import subprocess
 import sys
 import tempfile
@@ -52,7 +50,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path[:0] = [str(HERE), str(REPO)]
-from _common import BCC_PYTHON, add_vm_arguments, bcc_tool_path, build_c, in_vm, median, merged_env, run_in_vm  # noqa: E402
+from _common import (BCC_PYTHON, add_vm_arguments, bcc_tool_path, build_c, in_vm, median,  # noqa: E402
+                     consecutive_spread, merged_env, ratio_note, run_in_vm, stop_tool, vm_hwm)
 
 from ebpfkit.engine import features, inventory, run_time_stats  # noqa: E402
 
@@ -65,6 +64,7 @@ BATCHES = 200 if in_vm() else 20  # emulated vCPUs are preempted often: more, sh
 START_TIMEOUT = 300.0  # BCC's clang compile takes ~15 s under emulation, more on a busy machine
 DATA_FILE, DATA_SIZE = "/var/cache/ebpfkit-bench/sched-reads.bin", 1 << 20
 STOP_TIMEOUT = 60.0  # offcputime prints every stack it saw when stopped
+LOOP_TIMEOUT = 900.0 if in_vm() else 120.0  # one sched_loop run, traced by the slowest tool
 
 
 @dataclass
@@ -107,7 +107,7 @@ class Started:
         self.output = b""
         self._wait_tracing(began)
         self.seconds = time.perf_counter() - began
-        self.rss_kib = _vm_hwm(self.proc.pid)
+        self.rss_kib = vm_hwm(self.proc.pid)
         held = inventory.held_by(self.proc.pid)
         links = [inventory.link(i) for i in held["link"]]
         self.programs = set(held["prog"]) | {info.prog_id for info in links if info}
@@ -131,28 +131,7 @@ class Started:
 
     def stop(self) -> None:
         """SIGINT (each tool prints what it has and detaches), then check its programs are gone."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.communicate(timeout=STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.communicate()
-        left = set(getattr(self, "programs", ()))
-        deadline = time.monotonic() + 5
-        while left and time.monotonic() < deadline:  # programs are freed after an RCU grace period
-            left = {p for p in left if inventory.program(p) is not None}
-            if left:
-                time.sleep(0.05)
-        if left:
-            raise RuntimeError(f"{self.way.name}: programs {sorted(left)} still loaded after it exited")
-
-
-def _vm_hwm(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1])
-    return 0
+        stop_tool(self.proc, getattr(self, "programs", ()), self.way.name, STOP_TIMEOUT)
 
 
 # --- ground truth from the kernel's own counters ----------------------------------------------
@@ -200,7 +179,11 @@ class Loops:
         return (device_interrupts() - irqs0) / self.reads
 
     def _run(self, *argv) -> float:
-        out = subprocess.run([str(self.exe), *argv], capture_output=True, text=True, check=True)
+        try:
+            out = subprocess.run([str(self.exe), *argv], capture_output=True, text=True, check=True,
+                                 timeout=LOOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"sched_loop {' '.join(argv)}: no answer within {LOOP_TIMEOUT:.0f} s") from None
         return float(out.stdout)
 
 
@@ -312,9 +295,14 @@ def main(argv=None) -> int:
         for run in range(args.runs):
             order = found[run % len(found):] + found[:run % len(found)]  # no way always first
             for way in order:
-                measure_round(way, loops, figures[way.name])
-                if way.impl == "ebpfkit":
-                    cold_start(way, figures[way.name])
+                # where a run that never ends stopped (a VM run's output arrives only at its end)
+                print(f"round {run + 1}: {way.name} ({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
+                try:
+                    measure_round(way, loops, figures[way.name])
+                    if way.impl == "ebpfkit":
+                        cold_start(way, figures[way.name])
+                except RuntimeError as exc:  # this way's round is lost, not the others'
+                    print(f"round {run + 1}: {way.name} failed: {exc}", file=sys.stderr, flush=True)
             # each round's figures as they come: a run cut short still says what it saw
             print(f"round {run + 1}/{args.runs} done ({time.monotonic() - started:.0f} s): " + "; ".join(
                 f"{w.name} {f.added()[-1]:+.0f} ns/sw, BPF {f.bpf_per_switch[-1]:.0f} ns/sw, "
@@ -326,29 +314,13 @@ def main(argv=None) -> int:
 
 # --- the report ------------------------------------------------------------------------------------
 
-def noise(figures: dict) -> float:
-    """The bare-to-bare spread: median |difference| of the bare switch figures of consecutive rounds
-    of one way. Added ns below it are not distinguishable from nothing."""
-    diffs = [abs(b - a) for f in figures.values() for a, b in zip(f.bare_ns, f.bare_ns[1:])]
-    return median(diffs) if diffs else float("nan")
-
-
-def ratio_note(ours: float, theirs: float, target: float, spread: float | None = None) -> str:
-    if math.isnan(ours) or math.isnan(theirs):
-        return "no figure here"
-    if spread is not None and abs(theirs) < spread:
-        return f"BCC's added cost ({theirs:+.0f} ns) is within the noise ({spread:.0f} ns): no ratio"
-    ratio = ours / theirs
-    return f"{ratio:.2f}x (target <= {target}x: {'PASS' if ratio <= target else 'FAIL'})"
-
-
 def report(runs, switches, reads, tools, missing, figures) -> None:
     where = ("inside a VM (`ebpfkit vm run`; emulated: absolute times are the emulator's, ratios compare)"
              if in_vm() else "host")
     print(f"scheduling/IRQ tools vs BCC, {runs} rounds; kernel {os.uname().release}, {where}")
     print(f"switch loop: {switches} switches on CPU {CPU}, fastest of {BATCHES} batches; "
           f"{reads} O_DIRECT reads for the per-IRQ figure")
-    spread = noise(figures)
+    spread = consecutive_spread(f.bare_ns for f in figures.values())
     irqs = median([x for f in figures.values() for x in f.irqs_per_read])
     irq_ok = irqs >= 0.5  # else the reads were served without the device: no per-IRQ figure
 
