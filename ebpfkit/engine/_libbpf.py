@@ -249,6 +249,8 @@ _PROTOTYPES = {
     "bpf_map__value_size": (c_u32, [P]),
     "bpf_map__max_entries": (c_u32, [P]),
     "bpf_map__set_max_entries": (c_int, [P, c_u32]),
+    "bpf_map__autocreate": (c_bool, [P]),
+    "bpf_map__set_autocreate": (c_int, [P, c_bool]),
     "bpf_map__map_flags": (c_u32, [P]),
     "bpf_map__fd": (c_int, [P]),
     "bpf_map__btf_key_type_id": (c_u32, [P]),

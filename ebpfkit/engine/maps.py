@@ -136,6 +136,16 @@ class Map(MutableMapping):
         if err:
             raise MapError(f"cannot resize map '{self.name}' (only before load): {os.strerror(-err)}")
 
+    @property
+    def autocreate(self) -> bool:
+        """False: load() leaves this map out (only programs that do not use it may load)."""
+        return bool(L.lib.bpf_map__autocreate(self._ptr))
+
+    @autocreate.setter
+    def autocreate(self, value: bool) -> None:
+        if L.lib.bpf_map__set_autocreate(self._ptr, bool(value)):
+            raise MapError(f"autocreate of map '{self.name}' can only change before load()")
+
     def __repr__(self):
         return f"<Map {self.name} {self.type.name.lower()} max_entries={self.max_entries}>"
 

@@ -55,15 +55,20 @@ class EventSession(ToolSession):
         self._obj.close()
 
 
-def choose_typed_tracepoints(spec) -> bool:
+def choose_typed_tracepoints(spec, typed_maps=(), raw_maps=()) -> bool:
     """Of a program with each hook twice, as ``tp_btf/X`` and ``raw_tp/X``, load one set:
     tp_btf where the kernel has BTF of its own (its arguments typed, no copies), else raw
-    tracepoints, which need only CO-RE (a --btf file serves them). True if tp_btf."""
+    tracepoints, which need only CO-RE (a --btf file serves them). True if tp_btf.
+
+    ``typed_maps``/``raw_maps`` name maps only one set uses (a task storage needs typed task
+    pointers; the raw set keeps a hash by tid instead): the other set's are not created."""
     from ..engine import features
 
     typed = features.probe("kernel_btf").supported
     for prog in spec.programs.values():
         prog.autoload = prog.section.startswith("tp_btf/") == typed
+    for name in raw_maps if typed else typed_maps:
+        spec.maps[name].autocreate = False
     return typed
 
 
@@ -79,6 +84,6 @@ def load_attached(spec):
     return obj
 
 
-def choose_typed_or_raw(spec, typed: str, raw: str) -> str:
+def choose_typed_or_raw(spec, typed: str, raw: str, typed_maps=(), raw_maps=()) -> str:
     """``choose_typed_tracepoints``, returning the label of the chosen set: ``typed`` or ``raw``."""
-    return typed if choose_typed_tracepoints(spec) else raw
+    return typed if choose_typed_tracepoints(spec, typed_maps, raw_maps) else raw

@@ -29,12 +29,22 @@ struct leaving {
 	struct offcpu_key key;
 };
 
+/* A task's departure: in the task itself where the pointers are typed (task storage: a
+ * pointer away, no hashing, gone with the task), else in a hash by tid. Written in place,
+ * never deleted: ``since`` 0 means not away. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct leaving);
+} departures SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 10240);
 	__type(key, __u32); /* tid */
 	__type(value, struct leaving);
-} start SEC(".maps");
+} departures_by_tid SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
@@ -52,59 +62,74 @@ struct {
 
 static struct leaving empty;
 
-static __always_inline bool traced(struct task_struct *t)
+/* ``typed``: the task pointers are typed (tp_btf), so their fields are read directly. */
+static __always_inline bool traced(struct task_struct *t, bool typed)
 {
-	if (targ_state != -1 && (ek_task_state(t) & OFFCPU_STATE_BITS) != targ_state)
+	if (targ_state != -1 && (ek_task_state_of(t, typed) & OFFCPU_STATE_BITS) != targ_state)
 		return false;
-	return ek_task_selected(t, targ_tgid, targ_tid);
+	return ek_task_selected_of(t, targ_tgid, targ_tid, typed);
 }
 
-/* prev is still the current task: its stacks are the ones it blocks with. */
-static __always_inline void switched_out(void *ctx, struct task_struct *prev)
+/* t's departure; with ``create``, made if it has none. */
+static __always_inline struct leaving *departure(struct task_struct *t, bool create, bool typed)
 {
 	struct leaving *l;
 	__u32 tid;
 
-	if (!traced(prev))
+	if (typed)
+		return bpf_task_storage_get(&departures, t, 0, create ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
+	tid = BPF_CORE_READ(t, pid);
+	l = bpf_map_lookup_elem(&departures_by_tid, &tid);
+	if (l || !create)
+		return l;
+	bpf_map_update_elem(&departures_by_tid, &tid, &empty, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&departures_by_tid, &tid);
+}
+
+/* prev is still the current task: its stacks are the ones it blocks with. */
+static __always_inline void switched_out(void *ctx, struct task_struct *prev, bool typed)
+{
+	struct leaving *l;
+
+	if (!traced(prev, typed))
 		return;
-	tid = BPF_CORE_READ(prev, pid);
-	if (bpf_map_update_elem(&start, &tid, &empty, BPF_ANY))
-		return;
-	l = bpf_map_lookup_elem(&start, &tid);
+	l = departure(prev, true, typed);
 	if (!l)
 		return;
-	l->key.pid = BPF_CORE_READ(prev, tgid);
-	l->key.tid = tid;
+	l->key.pid = EK_TASK_FIELD(typed, prev, tgid);
+	l->key.tid = EK_TASK_FIELD(typed, prev, pid);
 	l->key.user_stack_id = targ_user ? bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK) : -1;
 	l->key.kernel_stack_id = targ_kernel ? bpf_get_stackid(ctx, &stacks, 0) : -1;
-	BPF_CORE_READ_STR_INTO(&l->key.comm, prev, comm);
+	bpf_get_current_comm(&l->key.comm, sizeof(l->key.comm));
 	l->since = bpf_ktime_get_ns();
 }
 
-static __always_inline void switched_in(struct task_struct *next)
+static __always_inline void switched_in(struct task_struct *next, bool typed)
 {
-	struct offcpu_val *val, zero = {};
+	struct offcpu_val *val;
 	struct leaving *l;
 	__u64 delta;
-	__u32 tid = BPF_CORE_READ(next, pid);
 
-	l = bpf_map_lookup_elem(&start, &tid);
-	if (!l)
+	l = departure(next, false, typed);
+	if (!l || !l->since)
 		return;
 	delta = bpf_ktime_get_ns() - l->since;
+	l->since = 0;
 	if (delta < targ_min_ns || delta > targ_max_ns)
-		goto done;
+		return;
 	val = bpf_map_lookup_elem(&offcpu, &l->key);
 	if (!val) {
-		bpf_map_update_elem(&offcpu, &l->key, &zero, BPF_NOEXIST);
+		struct offcpu_val first = {.total_ns = delta, .count = 1};
+
+		/* another CPU may make the same key at the same time: then add to that one */
+		if (!bpf_map_update_elem(&offcpu, &l->key, &first, BPF_NOEXIST))
+			return;
 		val = bpf_map_lookup_elem(&offcpu, &l->key);
 		if (!val)
-			goto done;
+			return;
 	}
 	__sync_fetch_and_add(&val->total_ns, delta);
 	__sync_fetch_and_add(&val->count, 1);
-done:
-	bpf_map_delete_elem(&start, &tid);
 }
 
 /* Twice: as a BTF-typed tracepoint where the kernel has BTF of its own, and as a raw
@@ -112,16 +137,16 @@ done:
 SEC("tp_btf/sched_switch")
 int BPF_PROG(offcputime_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
-	switched_out(ctx, prev);
-	switched_in(next);
+	switched_out(ctx, prev, true);
+	switched_in(next, true);
 	return 0;
 }
 
 SEC("raw_tp/sched_switch")
 int BPF_PROG(offcputime_switch_raw, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
-	switched_out(ctx, prev);
-	switched_in(next);
+	switched_out(ctx, prev, false);
+	switched_in(next, false);
 	return 0;
 }
 

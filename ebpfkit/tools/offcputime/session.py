@@ -94,7 +94,8 @@ class Session(ToolSession):
 
         self.config = config
         spec = compile_bpf(PROGRAM)
-        self.hook = choose_typed_or_raw(spec, TYPED_HOOK, RAW_HOOK)
+        self.hook = choose_typed_or_raw(spec, TYPED_HOOK, RAW_HOOK, typed_maps=("departures",),
+                                        raw_maps=("departures_by_tid",))
         spec.rodata.update({
             "targ_tgid": config.pid or 0, "targ_tid": config.tid or 0,
             "targ_state": -1 if config.state is None else config.state,

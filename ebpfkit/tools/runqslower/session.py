@@ -25,8 +25,8 @@ from ..config import ToolConfig, check_pid, check_tid
 from ..session import EventSession, choose_typed_or_raw
 
 PROGRAM = os.path.join(os.path.dirname(__file__), "runqslower.bpf.c")
-TYPED_HOOK = "tp_btf sched_waking/sched_wakeup/sched_switch"
-RAW_HOOK = "raw tracepoints sched_waking/sched_wakeup/sched_switch"
+TYPED_HOOK = "tp_btf sched_waking/sched_switch, task storage"
+RAW_HOOK = "raw tracepoints sched_waking/sched_switch"
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,8 @@ class Session(EventSession):
 
         self.config = config
         spec = compile_bpf(PROGRAM)
-        self.hook = choose_typed_or_raw(spec, TYPED_HOOK, RAW_HOOK)
+        self.hook = choose_typed_or_raw(spec, TYPED_HOOK, RAW_HOOK, typed_maps=("waits",),
+                                        raw_maps=("waits_by_tid",))
         spec.rodata.update({"targ_min_us": config.min_us, "targ_tgid": config.pid or 0,
                             "targ_tid": config.tid or 0})
         self._obj = spec.load()
