@@ -608,6 +608,12 @@ def have_map_type(map_type: MapType) -> Probe:
                          "the kernel refused to create a map of this type")
 
 
+@_register("task_storage", "task storage (per-task map values)")
+def _probe_task_storage(name, lbl):
+    found = have_map_type(MapType.TASK_STORAGE)
+    return Probe(name, lbl, found.status, found.reason, detail=found.detail, errno=found.errno)
+
+
 # The verifier's words for "no such helper here" (older and newer kernels). libbpf 1.1's
 # libbpf_probe_bpf_helper() knows only the first two and says "supported" on kernel 6.18.
 _NO_HELPER = ("invalid func ", "unknown func ", "cannot use helper", "helper call is not allowed")
@@ -1119,6 +1125,7 @@ HINTS = {
     "tracepoint": "needs CONFIG_TRACEPOINTS and CONFIG_PERF_EVENTS, and tracefs "
                   "(mount -t tracefs tracefs /sys/kernel/tracing)",
     "raw_tp": "needs a kernel >= 4.17",
+    "task_storage": "needs a kernel >= 5.11 (BPF_MAP_TYPE_TASK_STORAGE)",
     "tp_btf": "needs a kernel >= 5.5 with BTF (CONFIG_DEBUG_INFO_BTF=y); use tracepoints instead",
     "kprobe": "use a kernel with CONFIG_KPROBES=y, or a tracepoint (best_hook() picks one)",
     "fentry": _TRAMPOLINE_HINT + "; kprobes or tracepoints are the fallback",

@@ -60,11 +60,14 @@ def choose_typed_tracepoints(spec, typed_maps=(), raw_maps=()) -> bool:
     tp_btf where the kernel has BTF of its own (its arguments typed, no copies), else raw
     tracepoints, which need only CO-RE (a --btf file serves them). True if tp_btf.
 
-    ``typed_maps``/``raw_maps`` name maps only one set uses (a task storage needs typed task
-    pointers; the raw set keeps a hash by tid instead): the other set's are not created."""
+    ``typed_maps``/``raw_maps`` name maps only one set uses: a task storage, which needs typed
+    task pointers, where the raw set keeps a hash by tid. The other set's maps are not created;
+    and a kernel with BTF but without task storage (before 5.11) gets the raw set."""
     from ..engine import features
 
     typed = features.probe("kernel_btf").supported
+    if typed and typed_maps:
+        typed = features.probe("task_storage").supported
     for prog in spec.programs.values():
         prog.autoload = prog.section.startswith("tp_btf/") == typed
     for name in raw_maps if typed else typed_maps:
