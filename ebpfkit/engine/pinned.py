@@ -16,7 +16,6 @@ import sys
 
 from ..errors import EbpfkitError, MapError, NotSupportedError
 from . import _libbpf as L
-from . import inventory
 from .constants import PER_CPU_MAPS, LinkType, MapType
 
 _ARRAYS = frozenset({MapType.ARRAY, MapType.PERCPU_ARRAY})
@@ -38,6 +37,8 @@ class PinError(EbpfkitError):
 
 def info(fd: int, struct_type):
     """bpf_obj_get_info_by_fd into a ``struct_type`` (bpf_prog_info, bpf_map_info, bpf_link_info)."""
+    from . import inventory  # imported where used: loading a map needs none of it
+
     return inventory.fill_info(fd, struct_type())
 
 
@@ -101,6 +102,8 @@ def detach_pinned_link(path: str) -> int | None:
 def prog_exists(prog_id: int) -> bool:
     """Whether the program ``prog_id`` is still loaded (a released link frees its program
     in a kernel worker, after the call that dropped the last reference returned)."""
+    from . import inventory
+
     return inventory.program(prog_id) is not None
 
 
@@ -132,6 +135,8 @@ def program_maps(prog_id: int) -> dict[str, "FdMap"]:
     """The maps of the process that holds the program ``prog_id``, by (kernel) name, each on
     an fd of its own: how to reach every map of a program that pinned nothing (the kernel
     lists only the maps a program uses). {} when no process holds it."""
+    from . import inventory
+
     for pid in filter(str.isdigit, os.listdir("/proc")):
         held = inventory.held_by(pid)
         if prog_id not in held["prog"]:
@@ -150,6 +155,8 @@ def program_maps(prog_id: int) -> dict[str, "FdMap"]:
 def detach_links_of(link_type: int, prog_id: int) -> bool:
     """Detach every link of ``link_type`` running ``prog_id`` (the links of a process that
     kept no pin: the kernel would only detach them when their last fd closes). True if any."""
+    from . import inventory
+
     done = False
     for link in inventory.links():
         if link.type != link_type or link.prog_id != prog_id:

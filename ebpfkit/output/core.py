@@ -168,12 +168,8 @@ class Output:
             return
         self._in_live = True
         try:
-            if self.format == "table" and self.console.is_terminal:
-                from rich.live import Live
-
-                self._live = Live(console=self.console, auto_refresh=False, transient=False)
-                self._live.start()
-            yield self
+            yield self  # the rich Live starts with the first table (_table_result): not before
+            # the tool's banner, which would wait for rich's import
         finally:
             self._stop_live()
             self._in_live = False
@@ -278,6 +274,11 @@ class Output:
                 parts.extend([Text(), histogram] if index else [histogram])
             result = Group(*parts)
         stamp = Text(clock_time(when), style="bold")
+        if self._in_live and self._live is None and self.console.is_terminal:
+            from rich.live import Live
+
+            self._live = Live(console=self.console, auto_refresh=False, transient=False)
+            self._live.start()
         if self._live is not None:
             self._live.update(Group(stamp, result), refresh=True)
             return

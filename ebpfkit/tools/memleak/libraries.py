@@ -7,7 +7,6 @@ load (`ld.so --list`, as ldd does)."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from dataclasses import dataclass, replace
 
@@ -119,6 +118,8 @@ def split_settings(command: list[str]) -> tuple[dict, list[str]]:
 def find_executable(command: list[str]) -> str:
     if not command:
         raise ConfigError("command", "names no program to run")
+    import shutil  # only -c needs it
+
     found = shutil.which(command[0])
     if not found:
         raise ConfigError("command", f"{command[0]!r}: no such program (not a path, not on PATH)")
