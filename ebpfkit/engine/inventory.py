@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from ..errors import EbpfkitError, PermissionDeniedError
 from . import _libbpf as L
 from .constants import AttachType, LinkType, MapType, ProgType
+from .pinned import fill_info
 
 KINDS = ("prog", "link", "map")
 
@@ -87,16 +88,6 @@ def open_by_id(kind: str, obj_id: int) -> int | None:
     if -fd in (errno.EPERM, errno.EACCES):
         raise PermissionDeniedError(f"cannot open BPF {kind} {obj_id}: {os.strerror(-fd)}")
     raise EbpfkitError(f"cannot open BPF {kind} {obj_id}: {os.strerror(-fd)}")
-
-
-def fill_info(fd: int, out):
-    """bpf_obj_get_info_by_fd into ``out`` (a bpf_prog_info, bpf_map_info or bpf_link_info,
-    pointers for the kernel's strings already set in it)."""
-    size = ctypes.c_uint32(ctypes.sizeof(out))
-    err = L.lib.bpf_obj_get_info_by_fd(fd, ctypes.byref(out), ctypes.byref(size))
-    if err:
-        raise EbpfkitError(f"fd {fd}: no BPF object info ({os.strerror(abs(err))})")
-    return out
 
 
 # --- info from an fd -----------------------------------------------------------------------

@@ -35,11 +35,19 @@ class PinError(EbpfkitError):
         self.errno = errno
 
 
+def fill_info(fd: int, out):
+    """bpf_obj_get_info_by_fd into ``out`` (a bpf_prog_info, bpf_map_info or bpf_link_info,
+    pointers for the kernel's strings already set in it)."""
+    size = ctypes.c_uint32(ctypes.sizeof(out))
+    err = L.lib.bpf_obj_get_info_by_fd(fd, ctypes.byref(out), ctypes.byref(size))
+    if err:
+        raise EbpfkitError(f"fd {fd}: no BPF object info ({os.strerror(abs(err))})")
+    return out
+
+
 def info(fd: int, struct_type):
     """bpf_obj_get_info_by_fd into a ``struct_type`` (bpf_prog_info, bpf_map_info, bpf_link_info)."""
-    from . import inventory  # imported where used: loading a map needs none of it
-
-    return inventory.fill_info(fd, struct_type())
+    return fill_info(fd, struct_type())
 
 
 def open_pin(path: str, readonly: bool = False) -> int:
