@@ -289,6 +289,8 @@ class RingBuffer(EventReader):
         return int(self._lost_map[0].sum())
 
     def _native_poll(self, timeout_ms):
+        if timeout_ms == 0:  # what is there now, whether or not the kernel woke the epoll (a
+            return L.lib.ring_buffer__consume(self._ptr)  # program may submit BPF_RB_NO_WAKEUP)
         return L.lib.ring_buffer__poll(self._ptr, timeout_ms)
 
     def _native_epoll_fd(self):

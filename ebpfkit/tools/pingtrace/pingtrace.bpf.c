@@ -1,0 +1,273 @@
+// SPDX-License-Identifier: GPL-2.0
+/* pingtrace's checkpoints: wherever a pingtrace probe (an ICMP echo or echo reply with code 1
+ * and the payload magic 0x7ace, see wire.py) passes a hook of the network stack, one event:
+ * when, which checkpoint, which device and network namespace. Every other packet costs the
+ * hook a header read and a compare. Tracepoints only (tp_btf, or raw tracepoints where the
+ * kernel has no BTF of its own): they exist on every kernel this runs on, kprobes do not. */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_endian.h>
+#include "ebpfkit.h"
+#include "pingtrace.h"
+
+const volatile __u32 targ_session = 0; /* 0: every session's probes (a server's view) */
+__u32 reader_tid = 0; /* the client's thread that reads replies (set when it starts reading) */
+
+/* The last reply received, until the reader's wakeup that follows it is seen. */
+struct armed_reply {
+	__u32 session;
+	__u32 seq;
+	__u32 netns;
+	__u32 armed;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct armed_reply);
+} last_reply SEC(".maps");
+
+EK_RINGBUF(events, 1024 * 1024);
+EK_EXPORT_TYPE(struct pingtrace_event);
+EK_EXPORT_TYPE(enum skb_drop_reason); /* the reason names of this kernel, for session.py */
+
+/* The wire's layout (plain structs: vmlinux.h's carry CO-RE relocations). */
+struct wire_ipv4 {
+	__u8 version_ihl;
+	__u8 tos;
+	__be16 total_len;
+	__be16 id;
+	__be16 frag_off;
+	__u8 ttl;
+	__u8 protocol;
+	__u16 check;
+	__be32 saddr;
+	__be32 daddr;
+};
+
+struct wire_probe {
+	__u8 type;
+	__u8 code;
+	__u16 checksum;
+	__be16 echo_id;
+	__be16 echo_seq;
+	__be16 magic;
+	__u8 version;
+	__u8 entries;
+	__be32 session;
+	__be32 seq;
+};
+
+#define ICMP_ECHO_REPLY 0
+#define ICMP_ECHO_REQUEST 8
+#define IP_PROTO_ICMP 1
+
+struct pt_probe {
+	__u32 session;
+	__u32 seq;
+	__u8 type;
+};
+
+/* Whether the IPv4 packet at l3 (kernel memory) is one of our probes. */
+static __always_inline bool probe_at(const void *l3, struct pt_probe *p)
+{
+	struct wire_probe w;
+	struct wire_ipv4 ip;
+	__u32 ihl;
+
+	if (!l3 || bpf_probe_read_kernel(&ip, sizeof(ip), l3))
+		return false;
+	ihl = (ip.version_ihl & 0xf) * 4;
+	if ((ip.version_ihl >> 4) != 4 || ip.protocol != IP_PROTO_ICMP || ihl < sizeof(ip))
+		return false;
+	if (bpf_probe_read_kernel(&w, sizeof(w), l3 + ihl))
+		return false;
+	if ((w.type != ICMP_ECHO_REQUEST && w.type != ICMP_ECHO_REPLY) || w.code != PINGTRACE_CODE ||
+	    w.magic != bpf_htons(PINGTRACE_MAGIC))
+		return false;
+	p->session = bpf_ntohl(w.session);
+	if (targ_session && p->session != targ_session)
+		return false;
+	p->seq = bpf_ntohl(w.seq);
+	p->type = w.type;
+	return true;
+}
+
+/* The packet's IPv4 header: where the IP layer set it (sending, and once received), or at
+ * data (a device's receive path, after the Ethernet header was pulled). */
+static __always_inline const void *l3_sent(const struct sk_buff *skb)
+{
+	return BPF_CORE_READ(skb, head) + BPF_CORE_READ(skb, network_header);
+}
+
+static __always_inline const void *l3_arriving(const struct sk_buff *skb)
+{
+	return BPF_CORE_READ(skb, data);
+}
+
+static __always_inline __u32 netns_of_dev(const struct net_device *dev)
+{
+	return dev ? BPF_CORE_READ(dev, nd_net.net, ns.inum) : 0;
+}
+
+static __always_inline __u32 netns_of_current(void)
+{
+	struct task_struct *task = (void *)bpf_get_current_task();
+
+	return BPF_CORE_READ(task, nsproxy, net_ns, ns.inum);
+}
+
+static __always_inline void emit(const struct pt_probe *p, __u32 point, __u32 netns, __u32 ifindex, __u32 reason)
+{
+	struct pingtrace_event *ev = ek_ringbuf_reserve(events, sizeof(*ev));
+
+	if (!ev)
+		return;
+	ev->ts = bpf_ktime_get_ns();
+	ev->session = p->session;
+	ev->seq = p->seq;
+	ev->netns = netns;
+	ev->ifindex = ifindex;
+	ev->point = point;
+	ev->reason = reason;
+	ev->icmp_type = p->type;
+	ev->cpu = bpf_get_smp_processor_id();
+	/* no wakeup: the client reads the events when a reply (or a probe's deadline) comes, and
+	 * a wakeup's irq_work would add its cost to the very path being timed */
+	bpf_ringbuf_submit(ev, BPF_RB_NO_WAKEUP);
+}
+
+/* A checkpoint on a device: the packet's header found as ``l3`` says. */
+static __always_inline int on_device(const struct sk_buff *skb, const struct net_device *dev,
+				     __u32 point, bool arriving)
+{
+	struct armed_reply *last;
+	struct pt_probe p;
+	__u32 zero = 0, netns;
+
+	if (!skb || !probe_at(arriving ? l3_arriving(skb) : l3_sent(skb), &p))
+		return 0;
+	if (!dev)
+		dev = BPF_CORE_READ(skb, dev);
+	netns = netns_of_dev(dev);
+	emit(&p, point, netns, dev ? BPF_CORE_READ(dev, ifindex) : 0, 0);
+	if (point == PT_RECEIVE && p.type == ICMP_ECHO_REPLY && (last = bpf_map_lookup_elem(&last_reply, &zero))) {
+		last->session = p.session;
+		last->seq = p.seq;
+		last->netns = netns;
+		last->armed = 1;
+	}
+	return 0;
+}
+
+/* The reader woken (in the waker's context: the softirq that queued the reply on its
+ * socket) after a reply came: that reply's wakeup. */
+static __always_inline int waking(__u32 tid)
+{
+	struct armed_reply *last;
+	struct pt_probe p;
+	__u32 zero = 0;
+
+	if (!reader_tid || tid != reader_tid)
+		return 0;
+	last = bpf_map_lookup_elem(&last_reply, &zero);
+	if (!last || !last->armed)
+		return 0;
+	last->armed = 0;
+	p.session = last->session;
+	p.seq = last->seq;
+	p.type = ICMP_ECHO_REPLY;
+	emit(&p, PT_WAKEUP, last->netns, 0, 0);
+	return 0;
+}
+
+/* Copied to a reader: in the namespace of the socket it was queued on (the reader may be in
+ * another); skb_iif is the device it came in by, there. */
+static __always_inline int copied(const struct sk_buff *skb)
+{
+	struct armed_reply *last;
+	struct pt_probe p;
+	struct sock *sk;
+	__u32 zero = 0, netns;
+
+	if (!skb || !probe_at(l3_sent(skb), &p))
+		return 0;
+	last = bpf_map_lookup_elem(&last_reply, &zero);
+	if (last && last->seq == p.seq && last->session == p.session)
+		last->armed = 0; /* read without a wakeup (the reader was running): none to wait for */
+	sk = BPF_CORE_READ(skb, sk);
+	netns = sk ? BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum) : netns_of_current();
+	emit(&p, PT_USER_COPY, netns, BPF_CORE_READ(skb, skb_iif), 0);
+	return 0;
+}
+
+static __always_inline int dropped(const struct sk_buff *skb, __u32 reason)
+{
+	struct pt_probe p;
+	const struct net_device *dev;
+
+	if (!skb || !probe_at(l3_sent(skb), &p))
+		return 0;
+	dev = BPF_CORE_READ(skb, dev);
+	emit(&p, PT_DROP, dev ? netns_of_dev(dev) : netns_of_current(), dev ? BPF_CORE_READ(dev, ifindex) : 0,
+	     reason);
+	return 0;
+}
+
+/* Each hook twice: tp_btf where the kernel has BTF of its own, raw tracepoints elsewhere. */
+#define PINGTRACE_HOOKS(kind, suffix)                                                             \
+	SEC(#kind "/net_dev_queue")                                                               \
+	int BPF_PROG(pt_dev_queue##suffix, struct sk_buff *skb)                                   \
+	{                                                                                         \
+		return on_device(skb, NULL, PT_DEV_QUEUE, false);                                 \
+	}                                                                                         \
+	SEC(#kind "/qdisc_enqueue")                                                               \
+	int BPF_PROG(pt_qdisc_enqueue##suffix, struct Qdisc *q, const struct netdev_queue *txq,   \
+		     struct sk_buff *skb)                                                         \
+	{                                                                                         \
+		return on_device(skb, NULL, PT_QDISC_ENQ, false);                                 \
+	}                                                                                         \
+	SEC(#kind "/qdisc_dequeue")                                                               \
+	int BPF_PROG(pt_qdisc_dequeue##suffix, struct Qdisc *q, const struct netdev_queue *txq,   \
+		     int packets, struct sk_buff *skb)                                            \
+	{                                                                                         \
+		return on_device(skb, NULL, PT_QDISC_DEQ, false);                                 \
+	}                                                                                         \
+	SEC(#kind "/net_dev_start_xmit")                                                          \
+	int BPF_PROG(pt_xmit##suffix, const struct sk_buff *skb, const struct net_device *dev)    \
+	{                                                                                         \
+		return on_device(skb, dev, PT_XMIT, false);                                       \
+	}                                                                                         \
+	SEC(#kind "/netif_rx")                                                                    \
+	int BPF_PROG(pt_netif_rx##suffix, struct sk_buff *skb)                                    \
+	{                                                                                         \
+		return on_device(skb, NULL, PT_NETIF_RX, true);                                   \
+	}                                                                                         \
+	SEC(#kind "/netif_receive_skb")                                                           \
+	int BPF_PROG(pt_receive##suffix, struct sk_buff *skb)                                     \
+	{                                                                                         \
+		return on_device(skb, NULL, PT_RECEIVE, true);                                    \
+	}                                                                                         \
+	SEC(#kind "/skb_copy_datagram_iovec")                                                     \
+	int BPF_PROG(pt_copy##suffix, const struct sk_buff *skb, int len)                         \
+	{                                                                                         \
+		return copied(skb);                                                               \
+	}                                                                                         \
+	SEC(#kind "/sched_waking")                                                                \
+	int BPF_PROG(pt_waking##suffix, struct task_struct *t)                                    \
+	{                                                                                         \
+		return waking(BPF_CORE_READ(t, pid));                                             \
+	}                                                                                         \
+	SEC(#kind "/kfree_skb")                                                                   \
+	int BPF_PROG(pt_drop##suffix, struct sk_buff *skb, void *location, int reason)            \
+	{                                                                                         \
+		return dropped(skb, reason);                                                      \
+	}
+
+PINGTRACE_HOOKS(tp_btf, )
+PINGTRACE_HOOKS(raw_tp, _raw)
+
+char LICENSE[] SEC("license") = "GPL";

@@ -1,0 +1,37 @@
+/* Shared by pingtrace.bpf.c and, through BTF, by session.py (the events it decodes). The
+ * probe's wire format is in wire.py. */
+#ifndef __PINGTRACE_H
+#define __PINGTRACE_H
+
+#define PINGTRACE_CODE 1         /* the ICMP code of an echo that is a probe (sysak's) */
+#define PINGTRACE_MAGIC 0x7ace   /* the first two bytes of a probe's payload */
+
+/* Checkpoints, in the order a probe passes them on one host (wire.py names them). */
+enum pingtrace_point {
+	PT_USER_TX = 0,      /* the client sent it (user space) */
+	PT_DEV_QUEUE = 1,    /* dev_queue_xmit: handed to a device */
+	PT_QDISC_ENQ = 2,    /* queued in the device's qdisc */
+	PT_QDISC_DEQ = 3,    /* taken out of it */
+	PT_XMIT = 4,         /* the driver's start_xmit */
+	PT_NETIF_RX = 5,     /* queued for receive on a CPU's backlog (veth, loopback) */
+	PT_RECEIVE = 6,      /* netif_receive_skb: the stack takes it */
+	PT_WAKEUP = 7,       /* the client's reading thread woken (sched_waking) after a reply came */
+	PT_USER_COPY = 8,    /* copied to the receiving socket's reader */
+	PT_USER_RX = 9,      /* the client read the reply (user space) */
+	PT_DROP = 10,        /* freed as dropped (kfree_skb, with the kernel's reason) */
+};
+
+struct pingtrace_event {
+	__u64 ts;        /* CLOCK_MONOTONIC ns */
+	__u32 session;   /* the client run the probe belongs to */
+	__u32 seq;
+	__u32 netns;     /* inode of the network namespace */
+	__u32 ifindex;   /* 0 where no device is involved */
+	__u32 point;     /* enum pingtrace_point */
+	__u32 reason;    /* PT_DROP: the kernel's skb_drop_reason */
+	__u8 icmp_type;  /* 8 request, 0 reply */
+	__u8 pad[3];
+	__u32 cpu;
+};
+
+#endif

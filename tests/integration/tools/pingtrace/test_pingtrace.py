@@ -1,0 +1,278 @@
+"""pingtrace against the real kernel, on paths the test builds: two namespaces joined by a veth,
+and a chain of three through a router namespace. Ground truth: the path the test built (which
+namespaces and devices, in which order, each way), the devices' own packet counters, a delay
+a tc program the test attaches spins for at one hop (its run time by the kernel's own
+statistics), and probes that program drops."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+
+import pytest
+
+from helpers import RunningTool, bpf_objects_held_by, ek, still_in_kernel
+from ebpfkit.net.netns import NetNS, iproute
+from ebpfkit.net.veth import create_veth
+from ebpfkit.tools import pingtrace
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(os.geteuid() != 0, reason="loads BPF programs: needs root"),
+]
+
+PROBES = 20
+INTERVAL_US = 2000
+
+# A tc program for one hop: on each pingtrace echo request (ICMP type 8, code 1) it spins for
+# spin_ns, or drops it; everything else passes untouched.
+HOP_PROGRAM = r"""
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+const volatile __u64 spin_ns = 0;
+const volatile bool drop = false;
+
+struct eth { __u8 dst[6], src[6]; __be16 proto; };
+struct ip4 { __u8 version_ihl, tos; __be16 len, id, frag; __u8 ttl, protocol; __u16 check; __be32 saddr, daddr; };
+struct icmp { __u8 type, code; __u16 check; };
+
+static long until_done(__u32 i, void *until)
+{
+	return bpf_ktime_get_ns() >= *(__u64 *)until;
+}
+
+SEC("tc")
+int hop(struct __sk_buff *skb)
+{
+	void *data = (void *)(long)skb->data, *end = (void *)(long)skb->data_end;
+	struct eth *eth = data;
+	struct ip4 *ip = (void *)(eth + 1);
+	struct icmp *icmp = (void *)(ip + 1);
+	__u64 until;
+
+	if ((void *)(icmp + 1) > end || eth->proto != bpf_htons(0x0800) || ip->version_ihl != 0x45 ||
+	    ip->protocol != 1 || icmp->type != 8 || icmp->code != 1)
+		return 0; /* TC_ACT_OK */
+	if (drop)
+		return 2; /* TC_ACT_SHOT */
+	until = bpf_ktime_get_ns() + spin_ns;
+	bpf_loop(1 << 23, until_done, &until, 0);
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "GPL";
+"""
+
+
+def probe(target: str, netns: str, count: int = PROBES, **settings) -> list:
+    with pingtrace.open(target=target, count=count, interval_us=INTERVAL_US, netns=netns, **settings) as session:
+        return list(session.probes())
+
+
+def path_of(result) -> list[tuple]:
+    """(direction, point, namespace, device) of each checkpoint, without the reader's wakeup
+    (present only when the reader slept until the reply came)."""
+    return [(c.direction, c.point, c.netns, c.device) for c in result.checkpoints if c.point != "wakeup"]
+
+
+def rx_packets(ns: str, ifname: str) -> int:
+    """The device's own count of packets received, by netlink (sysfs shows the namespace of
+    whoever mounted it)."""
+    with iproute(ns) as ipr:
+        return ipr.get_links(ipr.link_lookup(ifname=ifname)[0])[0].get_attr("IFLA_STATS64")["rx_packets"]
+
+
+def assert_adds_up(results) -> None:
+    for r in results:
+        assert not r.lost, r
+        times = [c.ns for c in r.checkpoints]
+        assert times == sorted(times), r.checkpoints
+        assert all(s.us >= 0 for s in r.stages)
+        assert sum(s.us for s in r.stages) == pytest.approx(r.rtt_us, rel=0.01)
+
+
+def test_two_namespaces_every_checkpoint_in_order_adding_up_to_the_rtt(netns, peer_netns, veth_pair):
+    a, b = netns.name, peer_netns.name
+    before = rx_packets(b, "ek1")
+    results = probe(veth_pair.b.address, a)
+    assert len(results) == PROBES and [r.seq for r in results] == list(range(PROBES))
+    assert_adds_up(results)
+    expected = [("request", "user_tx", a, ""), ("request", "dev_queue", a, "ek0"), ("request", "xmit", a, "ek0"),
+                ("request", "netif_rx", b, "ek1"), ("request", "receive", b, "ek1"),
+                ("reply", "dev_queue", b, "ek1"), ("reply", "xmit", b, "ek1"),
+                ("reply", "netif_rx", a, "ek0"), ("reply", "receive", a, "ek0"),
+                ("reply", "user_copy", a, "ek0"), ("reply", "user_rx", a, "")]
+    for r in results:
+        assert path_of(r) == expected
+    assert rx_packets(b, "ek1") - before >= PROBES  # the probes really crossed the veth
+
+
+@pytest.fixture
+def chain():
+    """client (10.199.1.1) -- router (10.199.1.2 | 10.199.2.1, forwarding) -- server (10.199.2.2)."""
+    with NetNS("ptclient") as client, NetNS("ptrouter") as router, NetNS("ptserver") as server:
+        create_veth(client, router, names=("ek0", "ek1"), addresses=("10.199.1.1/24", "10.199.1.2/24"))
+        create_veth(router, server, names=("ek2", "ek3"), addresses=("10.199.2.1/24", "10.199.2.2/24"))
+        with client.iproute() as ipr:
+            ipr.route("add", dst="10.199.2.0/24", gateway="10.199.1.2")
+        with server.iproute() as ipr:
+            ipr.route("add", dst="10.199.1.0/24", gateway="10.199.2.1")
+
+        def forward():
+            with open("/proc/sys/net/ipv4/ip_forward", "w") as f:
+                f.write("1")
+        router.run(forward)
+        yield client.name, router.name, server.name
+
+
+def test_a_chain_through_a_router_namespace_is_broken_down_hop_by_hop(chain):
+    client, router, server = chain
+    results = probe("10.199.2.2", client)
+    assert_adds_up(results)
+    request = [("request", "user_tx", client, ""),
+               ("request", "dev_queue", client, "ek0"), ("request", "xmit", client, "ek0"),
+               ("request", "netif_rx", router, "ek1"), ("request", "receive", router, "ek1"),
+               ("request", "dev_queue", router, "ek2"), ("request", "xmit", router, "ek2"),
+               ("request", "netif_rx", server, "ek3"), ("request", "receive", server, "ek3")]
+    reply = [("reply", "dev_queue", server, "ek3"), ("reply", "xmit", server, "ek3"),
+             ("reply", "netif_rx", router, "ek2"), ("reply", "receive", router, "ek2"),
+             ("reply", "dev_queue", router, "ek1"), ("reply", "xmit", router, "ek1"),
+             ("reply", "netif_rx", client, "ek0"), ("reply", "receive", client, "ek0"),
+             ("reply", "user_copy", client, "ek0"), ("reply", "user_rx", client, "")]
+    for r in results:
+        assert path_of(r) == request + reply
+
+
+@pytest.fixture
+def hop(peer_netns, veth_pair, tmp_path):
+    """hop(spin_ns=..., drop=...): HOP_PROGRAM on the server's ingress (ek1); it is detached
+    when the test ends. Returns the loaded object."""
+    from ebpfkit.engine import compile as compile_bpf
+
+    source = tmp_path / "hop.bpf.c"
+    source.write_text(HOP_PROGRAM)
+    objects = []
+
+    def attach(**rodata):
+        spec = compile_bpf(str(source))
+        spec.rodata.update(rodata)
+        obj = spec.load()
+        objects.append(obj)
+        peer_netns.run(lambda: obj.programs["hop"].attach_tc(veth_pair.b.ifindex, "ingress"))
+        return obj
+    yield attach
+    for obj in objects:
+        obj.close()
+
+
+def stage_us(results, name: str) -> list[float]:
+    return [s.us for r in results for s in r.stages if s.name == name]
+
+
+def test_a_delay_at_one_hop_is_attributed_to_that_hop(netns, peer_netns, veth_pair, hop):
+    from ebpfkit.engine import run_time_stats
+
+    a, b = netns.name, peer_netns.name
+    at_server = f"request receive ek1@{b} -> reply dev_queue ek1@{b}"
+    elsewhere = f"request xmit ek0@{a} -> request netif_rx ek1@{b}"
+    before = probe(veth_pair.b.address, a)
+    spin_us = 2000
+    obj = hop(spin_ns=spin_us * 1000)
+    with run_time_stats():
+        after = probe(veth_pair.b.address, a)
+        ran = obj.programs["hop"].info()
+    assert_adds_up(after)
+    # ground truth: what the spinning program really took, by the kernel's own account
+    spun_us = ran.run_time_ns / ran.run_cnt / 1000
+    assert ran.run_cnt >= PROBES and spun_us >= spin_us
+    grew = statistics.median(stage_us(after, at_server)) - statistics.median(stage_us(before, at_server))
+    assert grew >= 0.9 * spun_us, (grew, spun_us)
+    assert statistics.median(r.rtt_us for r in after) - statistics.median(r.rtt_us for r in before) >= 0.9 * spun_us
+    # and not to the hop before it
+    assert statistics.median(stage_us(after, elsewhere)) < 0.1 * spin_us
+    # probe by probe: a scheduling hiccup of the client may outweigh a spin now and then
+    slowest_there = [r.slowest.name == at_server for r in after]
+    assert sum(slowest_there) >= 0.9 * len(after), [(r.slowest.name, r.slowest.us) for r in after]
+
+
+def test_a_probe_dropped_at_a_hop_is_lost_with_where_it_was_last_seen(netns, peer_netns, veth_pair, hop):
+    a, b = netns.name, peer_netns.name
+    hop(drop=True)
+    results = probe(veth_pair.b.address, a, count=5, timeout=0.3)
+    assert len(results) == 5 and all(r.lost and r.rtt_us is None for r in results)
+    for r in results:
+        points = path_of(r)
+        assert points[-1] == ("request", "drop", b, "ek1"), points
+        assert points[-2] == ("request", "receive", b, "ek1"), points  # the last stage it passed
+        assert r.drop_reason  # the kernel's reason (tc_ingress on kernels that name it)
+
+
+def test_json_lines_and_the_slow_probe_filter(capsys, netns, veth_pair):
+    rc, out, err = ek(capsys, "--format", "json", "pingtrace", "-c", veth_pair.b.address, "--netns", netns.name,
+                      "-C", "5", "-i", "2000", "-m", "0")
+    assert rc == 0, err
+    *lines, table = [json.loads(line) for line in out.splitlines()]
+    assert [line["seq"] for line in lines] == list(range(5))
+    assert "seq" not in table and "5 probes, 0 lost" in json.dumps(table)
+    for line in lines:
+        assert line["lost"] is False
+        assert sum(s["us"] for s in line["stages"]) == pytest.approx(line["rtt_us"], rel=0.01)
+        assert line["slowest"] == max(line["stages"], key=lambda s: s["us"])["start"] + " -> " + \
+            max(line["stages"], key=lambda s: s["us"])["end"]
+    # -m above every RTT: no probe printed, only the per-stage table at the end
+    rc, out, err = ek(capsys, "--format", "json", "pingtrace", "-c", veth_pair.b.address, "--netns", netns.name,
+                      "-C", "3", "-i", "2000", "-m", "10000000")
+    assert rc == 0 and len(out.splitlines()) == 1 and '"seq"' not in out, err
+    rc, out, err = ek(capsys, "pingtrace", "-c", veth_pair.b.address, "--netns", netns.name, "-C", "3", "-i", "2000")
+    assert rc == 0, err
+    assert "3 probes, 0 lost" in out and "round trip" in out and f"request xmit ek0@{netns.name}" in out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-c", "no-such-host.invalid"], "unknown host"),
+    (["-c", "10.199.0.2", "-i", "0"], "Invalid value for '-i'"),
+    (["-c", "10.199.0.2", "-b", "100"], "must be 144 to 65000 bytes"),
+    (["-c", "10.199.0.2", "--netns", "ebpfkit-no-such-netns"], "no network namespace"),
+    (["-c", "10.199.0.2", "-C", "0"], "Invalid value for '-C'"),
+    ([], "Missing option '-c'"),
+])
+def test_bad_input_exits_2_with_a_message(capsys, args, message):
+    rc, _, err = ek(capsys, "pingtrace", *args)
+    assert rc == 2 and message in err and "Traceback" not in err, err
+
+
+def no_capabilities():
+    """In the child before exec: empty its capability bounding set, so root's exec gets none
+    (the unprivileged user a tool meets, without needing an interpreter that user can read)."""
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    for cap in range(64):
+        prctl(24, cap, 0, 0, 0)  # PR_CAPBSET_DROP; EINVAL past the kernel's last capability
+
+
+def test_without_privileges_it_says_so_and_exits_4():
+    proc = subprocess.run([sys.executable, "-m", "ebpfkit", "pingtrace", "-c", "127.0.0.1", "-C", "1"],
+                          capture_output=True, text=True, timeout=60, preexec_fn=no_capabilities)
+    assert proc.returncode == 4, proc.stderr
+    assert "root" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 0), (signal.SIGKILL, -signal.SIGKILL)])
+def test_a_signal_leaves_nothing_attached(netns, veth_pair, sig, code):
+    tool = RunningTool("pingtrace", "-c", veth_pair.b.address, "--netns", netns.name, "-i", "10000")
+    try:
+        held = bpf_objects_held_by(tool.pid)
+        assert sum(kind == "link" for kind, _ in held) == 9, held  # the nine tracepoints
+        tool.stop(sig)
+    finally:
+        tool.kill()
+    assert tool.returncode == code, tool.stderr
+    assert "Traceback" not in tool.stderr
+    assert still_in_kernel(held) == set()
