@@ -21,6 +21,7 @@ Examples:
   ebpfkit pingtrace -c 10.0.0.2 -m 3000           only probes slower than 3 ms, each with
                                                   the stage that took the most
   ebpfkit pingtrace -c 10.0.0.2 --netns client    from the network namespace "client"
+  ebpfkit pingtrace -s --userid 2                 on 10.0.0.2 first: its stages come back too
   ebpfkit --format json pingtrace -c 10.0.0.2 -C 10 -m 0   every probe's checkpoints and stages
 """
 
@@ -31,14 +32,23 @@ PROBE_COLUMNS = (
     Column("SLOWEST STAGE", key="slowest", align="left"),
     Column("STAGE(us)", key="slowest_us", format=lambda v: "" if v is None else f"{v:.1f}"),
     Column("LAST SEEN / DROP", key="lost_at", align="left"))
+SERVER_COLUMNS = (Column("REPLIES STAMPED", key="stamped"), Column("TOTAL", key="total"))
 STATS_COLUMNS = (Column("STAGE", key="stage", align="left"), Column("N", key="count"),
                  Column("P50(us)", key="p50_us", format=".1f"), Column("P99(us)", key="p99_us", format=".1f"),
                  Column("MAX(us)", key="max_us", format=".1f"))
 
 
 @click.command(epilog=EXAMPLES)
-@click.option("-c", "--client", "target", required=True, metavar="HOST",
+@click.option("-c", "--client", "target", metavar="HOST",
               help="Probe HOST (an IPv4 address or name): its kernel answers each probe.")
+@click.option("-s", "--server", is_flag=True,
+              help="Be the far end: this host's kernel still answers, and each reply carries this host's "
+                   "checkpoints of its request (tc egress on the namespace's devices).")
+@click.option("--userid", "user_id", type=click.IntRange(0, (1 << 32) - 1), default=0, show_default=True,
+              metavar="N", help="Server: name this host N in its entries (clients tell hosts apart).")
+@click.option("--nslocal", is_flag=True,
+              help="Client: the server runs on this host (another namespace): its entries repeat what is "
+                   "seen here, so they are not merged (they still set the clock offset).")
 @click.option("-C", "--count", type=click.IntRange(min=1), metavar="N", help="Send N probes, then stop.")
 @click.option("-i", "--interval", "interval_us", type=click.IntRange(min=1), default=1_000_000, show_default=True,
               metavar="US", help="Microseconds between two probes.")
@@ -53,7 +63,7 @@ STATS_COLUMNS = (Column("STAGE", key="stage", align="left"), Column("N", key="co
 @click.option("-W", "--timeout", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
               metavar="SECONDS", help="A probe unanswered this long is lost.")
 @tool_options(short_timestamp=False)
-def pingtrace(target, count, interval_us, duration, max_delay_us, size, netns, timeout):
+def pingtrace(target, server, user_id, nslocal, count, interval_us, duration, max_delay_us, size, netns, timeout):
     """Where a round trip's time goes: ICMP echo probes to HOST, and for each one every
     checkpoint of this machine's network stack it passed (device queue, qdisc, driver xmit,
     receive, the reader's wakeup, the copy to the reader), in every namespace and device on
@@ -63,8 +73,13 @@ def pingtrace(target, count, interval_us, duration, max_delay_us, size, netns, t
     from .session import open as open_session, Config
     from .stats import StageStats
 
+    if bool(target) == server:
+        raise click.UsageError("give -c HOST (send probes) or -s (answer them), one of the two")
+    if server:
+        _serve(netns, user_id, duration)
+        return
     config = build_config(Config, target=target, count=count, interval_us=interval_us, duration=duration,
-                          size=size, netns=netns, timeout=timeout)
+                          size=size, netns=netns, timeout=timeout, nslocal=nslocal)
     out = Output.from_context()
     per_probe = max_delay_us is not None  # else the per-stage table, redrawn every second
     if per_probe:
@@ -92,6 +107,24 @@ def pingtrace(target, count, interval_us, duration, max_delay_us, size, netns, t
         out.lost(session.lost_events, "checkpoint events")
         if session.foreign:
             out.info("%d ICMP messages read were not this run's probe replies", session.foreign)
+
+
+def _serve(netns, user_id, duration) -> None:
+    from .server import Config, open as open_server
+    from ..common import live_intervals
+
+    config = build_config(Config, netns=netns, user_id=user_id)
+    out = Output.from_context()
+    with open_server(config) as server:
+        out.info("hooks: %s", server.hook)
+        banner = f"Stamping replies to pingtrace probes leaving by {', '.join(server.devices) or 'no device'}..."
+        before = 0
+        for _ in live_intervals(out, REFRESH, None if duration is None else max(1, round(duration / REFRESH)),
+                                banner):
+            now = server.replies_stamped
+            out.table(ResultTable(SERVER_COLUMNS, [{"stamped": now - before, "total": now}],
+                                  title=f"server (user id {user_id})"))
+            before = now
 
 
 def _record(probe) -> dict:

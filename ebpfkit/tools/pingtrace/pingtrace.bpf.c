@@ -13,6 +13,9 @@
 #include "pingtrace.h"
 
 const volatile __u32 targ_session = 0; /* 0: every session's probes (a server's view) */
+const volatile bool server = false;    /* keep each request's checkpoints for its reply's entries */
+const volatile __u32 user_id = 0;      /* --userid: which host the entries come from */
+__u64 replies_stamped = 0;             /* server: replies that left with this host's entries */
 __u32 reader_tid = 0; /* the client's thread that reads replies (set when it starts reading) */
 
 /* The last reply received, until the reader's wakeup that follows it is seen. */
@@ -31,6 +34,28 @@ struct {
 } last_reply SEC(".maps");
 
 EK_RINGBUF(events, 1024 * 1024);
+
+struct probe_key {
+	__u32 session;
+	__u32 seq;
+};
+
+struct kept_entries {
+	__u32 count;
+	__u32 pad;
+	struct pingtrace_entry e[PINGTRACE_MAX_ENTRIES];
+};
+
+/* Server: a request's checkpoints on this host, until its reply leaves (LRU: a request whose
+ * reply never leaves makes room for others). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct probe_key);
+	__type(value, struct kept_entries);
+} kept SEC(".maps");
+
+static struct kept_entries none_kept;
 EK_EXPORT_TYPE(struct pingtrace_event);
 EK_EXPORT_TYPE(enum skb_drop_reason); /* the reason names of this kernel, for session.py */
 
@@ -120,13 +145,48 @@ static __always_inline __u32 netns_of_current(void)
 	return BPF_CORE_READ(task, nsproxy, net_ns, ns.inum);
 }
 
+/* Server: one more checkpoint of request p for its reply to carry, from the first time it is
+ * received on this host (what it passed before that, seen only when the client runs on this
+ * host too, is the client's). */
+static __always_inline void keep(const struct pt_probe *p, __u32 point, __u32 netns, __u32 ifindex, __u64 ts)
+{
+	struct probe_key key = {.session = p->session, .seq = p->seq};
+	struct kept_entries *k = bpf_map_lookup_elem(&kept, &key);
+	__u32 n;
+
+	if (!k) {
+		if (point != PT_NETIF_RX && point != PT_RECEIVE)
+			return;
+		bpf_map_update_elem(&kept, &key, &none_kept, BPF_NOEXIST);
+		k = bpf_map_lookup_elem(&kept, &key);
+		if (!k)
+			return;
+	}
+	n = k->count;
+	if (n >= PINGTRACE_MAX_ENTRIES - 1) /* the last one is the egress's */
+		return;
+	k->e[n].netns = netns;
+	k->e[n].ifindex = ifindex;
+	k->e[n].user_id = user_id;
+	k->e[n].point = point;
+	k->e[n].ts = ts;
+	k->count = n + 1;
+}
+
 static __always_inline void emit(const struct pt_probe *p, __u32 point, __u32 netns, __u32 ifindex, __u32 reason)
 {
-	struct pingtrace_event *ev = ek_ringbuf_reserve(events, sizeof(*ev));
+	struct pingtrace_event *ev;
+	__u64 now = bpf_ktime_get_ns();
 
+	if (server) { /* a server's view goes into its replies, not to user space */
+		if (p->type == ICMP_ECHO_REQUEST && point != PT_DROP)
+			keep(p, point, netns, ifindex, now);
+		return;
+	}
+	ev = ek_ringbuf_reserve(events, sizeof(*ev));
 	if (!ev)
 		return;
-	ev->ts = bpf_ktime_get_ns();
+	ev->ts = now;
 	ev->session = p->session;
 	ev->seq = p->seq;
 	ev->netns = netns;
@@ -269,5 +329,90 @@ static __always_inline int dropped(const struct sk_buff *skb, __u32 reason)
 
 PINGTRACE_HOOKS(tp_btf, )
 PINGTRACE_HOOKS(raw_tp, _raw)
+
+/* Server, at tc egress of its devices: a reply to a probe leaves with this host's checkpoints
+ * of its request, and this one, written into the probe's zero padding (big-endian, after the
+ * header; the entries byte counts them) with the ICMP checksum updated by the difference. */
+#define ETH_HEADER_LEN 14
+#define TC_ACT_OK 0
+
+struct wire_entry {
+	__be32 netns;
+	__be32 ifindex;
+	__be32 user_id;
+	__be32 point;
+	__be64 ts;
+};
+
+static __always_inline int store_csummed(struct __sk_buff *skb, __u32 off, __u32 csum_off, void *new,
+					 __u32 len, void *old)
+{
+	__s64 diff;
+
+	if (bpf_skb_load_bytes(skb, off, old, len))
+		return -1;
+	diff = bpf_csum_diff(old, len, new, len, 0);
+	if (diff < 0 || bpf_skb_store_bytes(skb, off, new, len, 0))
+		return -1;
+	return bpf_l4_csum_replace(skb, csum_off, 0, diff, 0) ? -1 : 0;
+}
+
+SEC("tc")
+int pt_reply_out(struct __sk_buff *skb)
+{
+	const __u32 ip_off = ETH_HEADER_LEN, icmp_off = ETH_HEADER_LEN + sizeof(struct wire_ipv4);
+	const __u32 csum_off = icmp_off + 2, head_off = icmp_off + 8, entries_off = head_off + PINGTRACE_HEADER_LEN;
+	struct wire_entry be, old;
+	struct kept_entries *k;
+	struct probe_key key;
+	struct wire_probe w;
+	struct wire_ipv4 ip;
+	__u32 n, head[1], old_head[1];
+
+	if (!server || skb->protocol != bpf_htons(0x0800))
+		return TC_ACT_OK;
+	if (bpf_skb_load_bytes(skb, ip_off, &ip, sizeof(ip)) || ip.version_ihl != 0x45 || ip.protocol != IP_PROTO_ICMP)
+		return TC_ACT_OK;
+	if (bpf_skb_load_bytes(skb, icmp_off, &w, sizeof(w)) || w.type != ICMP_ECHO_REPLY || w.code != PINGTRACE_CODE ||
+	    w.magic != bpf_htons(PINGTRACE_MAGIC) || w.entries)
+		return TC_ACT_OK;
+	key.session = bpf_ntohl(w.session);
+	key.seq = bpf_ntohl(w.seq);
+	k = bpf_map_lookup_elem(&kept, &key);
+	n = k ? k->count : 0;
+	if (n > PINGTRACE_MAX_ENTRIES - 1)
+		n = PINGTRACE_MAX_ENTRIES - 1;
+	if (skb->len < entries_off + (n + 1) * sizeof(struct wire_entry))
+		return TC_ACT_OK; /* no room: a probe smaller than the minimum, or foreign */
+	for (__u32 i = 0; i < PINGTRACE_MAX_ENTRIES - 1; i++) {
+		if (i >= n || !k)
+			break;
+		be.netns = bpf_htonl(k->e[i].netns);
+		be.ifindex = bpf_htonl(k->e[i].ifindex);
+		be.user_id = bpf_htonl(k->e[i].user_id);
+		be.point = bpf_htonl(k->e[i].point);
+		be.ts = bpf_cpu_to_be64(k->e[i].ts);
+		if (store_csummed(skb, entries_off + i * sizeof(be), csum_off, &be, sizeof(be), &old))
+			return TC_ACT_OK;
+	}
+	be.netns = bpf_htonl(n && k ? k->e[n - 1].netns : 0);
+	be.ifindex = bpf_htonl(skb->ifindex);
+	be.user_id = bpf_htonl(user_id);
+	be.point = bpf_htonl(PT_EGRESS);
+	be.ts = bpf_cpu_to_be64(bpf_ktime_get_ns());
+	if (store_csummed(skb, entries_off + n * sizeof(be), csum_off, &be, sizeof(be), &old))
+		return TC_ACT_OK;
+	/* the header's first word: magic, version, and the entry count */
+	if (bpf_skb_load_bytes(skb, head_off, old_head, sizeof(old_head)))
+		return TC_ACT_OK;
+	head[0] = old_head[0];
+	((__u8 *)head)[3] = n + 1;
+	if (store_csummed(skb, head_off, csum_off, head, sizeof(head), old_head))
+		return TC_ACT_OK;
+	if (k)
+		bpf_map_delete_elem(&kept, &key);
+	__sync_fetch_and_add(&replies_stamped, 1);
+	return TC_ACT_OK;
+}
 
 char LICENSE[] SEC("license") = "GPL";

@@ -5,6 +5,7 @@
 
 #define PINGTRACE_CODE 1         /* the ICMP code of an echo that is a probe (sysak's) */
 #define PINGTRACE_MAGIC 0x7ace   /* the first two bytes of a probe's payload */
+#define PINGTRACE_HEADER_LEN 16  /* the payload's header; entries follow it (wire.py) */
 
 /* Checkpoints, in the order a probe passes them on one host (wire.py names them). */
 enum pingtrace_point {
@@ -19,6 +20,18 @@ enum pingtrace_point {
 	PT_USER_COPY = 8,    /* copied to the receiving socket's reader */
 	PT_USER_RX = 9,      /* the client read the reply (user space) */
 	PT_DROP = 10,        /* freed as dropped (kfree_skb, with the kernel's reason) */
+	PT_EGRESS = 11,      /* a server's reply leaving its stack (tc egress, where it writes its entries) */
+};
+
+#define PINGTRACE_MAX_ENTRIES 5 /* a server's checkpoints a reply carries (in a 144-byte probe's padding) */
+
+/* A checkpoint a server keeps for a request, and writes into its reply (big-endian there). */
+struct pingtrace_entry {
+	__u32 netns;
+	__u32 ifindex;
+	__u32 user_id;   /* --userid of the host that wrote it */
+	__u32 point;
+	__u64 ts;        /* that host's CLOCK_MONOTONIC ns */
 };
 
 struct pingtrace_event {

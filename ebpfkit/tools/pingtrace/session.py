@@ -11,7 +11,9 @@ stage between each two. No click, no printing::
 The far end answers with its kernel's own echo reply. When it is on this machine (another
 namespace), its checkpoints are seen here too, on the same clock: the whole path is broken
 down. When it is another host, its stages are unknown here and show as one stage between
-this host's last request checkpoint and its first reply checkpoint.
+this host's last request checkpoint and its first reply checkpoint, unless it runs
+`ebpfkit pingtrace -s` (server.py): then each reply carries that host's checkpoints, on its
+clock, which ClockFilter maps onto this one.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import select
 import socket
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from ...errors import ConfigError, PermissionDeniedError
 from ..config import ToolConfig
@@ -46,6 +48,7 @@ class Config(ToolConfig):
     size: int = wire.MIN_SIZE         # ICMP payload bytes of a probe
     netns: str | None = None          # the namespace to send from (None: this process's)
     timeout: float = 1.0              # seconds without a reply after which a probe is lost
+    nslocal: bool = False             # the server is on this host: its entries repeat what is seen here
 
     def validate(self) -> None:
         if not self.target:
@@ -104,9 +107,12 @@ class ProbeResult:
     seq: int
     time: float                          # when it was sent (seconds since the epoch)
     rtt_us: float | None                 # None: lost
-    checkpoints: tuple[Checkpoint, ...]  # in time order
+    checkpoints: tuple[Checkpoint, ...]  # in time order (a server's, on this clock, among them)
     stages: tuple[Stage, ...]            # between each two checkpoints; they add up to the RTT
     drop_reason: str | None = None       # lost, and the kernel said why it dropped it
+    remote: tuple[Checkpoint, ...] = ()  # the server's entries as it wrote them, on its own clock
+    clock_offset_us: float | None = None  # the server's clock minus this one, as estimated
+    clock_bound_us: float | None = None   # the estimate is within this of the truth
 
     @property
     def lost(self) -> bool:
@@ -139,6 +145,35 @@ class _Pending:
     events: list = field(default_factory=list)
 
 
+class ClockFilter:
+    """The offset of a server's clock from this host's, from the probes' own timestamps, as
+    NTP does: T1 the request leaving this host's namespace (its last request checkpoint
+    there), T2 its first checkpoint on the server, T3 the reply leaving the server (egress),
+    T4 the reply back in this namespace (first reply checkpoint). Then offset = ((T2 - T1) +
+    (T3 - T4)) / 2, exact when both directions of the network take the same time, and in
+    error by at most half the network's part of the round trip, delay / 2 with delay =
+    (T4 - T1) - (T3 - T2). The estimate used is the one of least delay among the last
+    ``window`` probes: the tightest bound, and it follows a drifting clock."""
+
+    def __init__(self, window: int = 64):
+        from collections import deque
+
+        self._samples: deque = deque(maxlen=window)
+
+    def add(self, t1: int, t2: int, t3: int, t4: int) -> None:
+        delay = (t4 - t1) - (t3 - t2)
+        if delay >= 0:
+            self._samples.append((delay, ((t2 - t1) + (t3 - t4)) / 2))
+
+    @property
+    def estimate(self) -> tuple[float, float] | None:
+        """(offset ns, bound ns), or None before a usable probe."""
+        if not self._samples:
+            return None
+        delay, offset = min(self._samples)
+        return offset, delay / 2
+
+
 class Session(ToolSession):
     """Loaded and attached until ``close()`` (or the end of a ``with``)."""
 
@@ -150,6 +185,7 @@ class Session(ToolSession):
         self.session_id = random.randrange(1, 1 << 32)
         self.echo_id = os.getpid() & 0xFFFF
         self.foreign = 0  # ICMP messages read that were not our probes' replies
+        self.clock = ClockFilter()
         self._names = _Names()
         self._sock = None
         self._obj = None
@@ -157,6 +193,7 @@ class Session(ToolSession):
             self._sock = _raw_socket(config.netns)
             spec = compile_bpf(PROGRAM)
             self.hook = choose_typed_or_raw(spec, TYPED_HOOK, RAW_HOOK)
+            spec.programs["pt_reply_out"].autoload = False  # the server's (server.py)
             spec.rodata["targ_session"] = self.session_id
             self._obj = spec.load()
             self._obj.attach()
@@ -185,10 +222,10 @@ class Session(ToolSession):
         while True:
             # every reply waiting is read (and stamped) before anything else: before the next
             # probe is sent, and before the caller handles the results
-            for seq, rx_ns in list(self._replies()):
+            for seq, rx_ns, entries in list(self._replies()):
                 if seq in pending:
                     self._collect(pending)
-                    yield self._finished(pending.pop(seq), rx_ns)
+                    yield self._finished(pending.pop(seq), rx_ns, entries)
             now = time.monotonic()
             for seq in [s for s, p in pending.items() if p.deadline <= now]:
                 self._collect(pending)
@@ -222,7 +259,7 @@ class Session(ToolSession):
         return _Pending(seq, sent_ns, wall, time.monotonic() + self.config.timeout, self._netns)
 
     def _replies(self):
-        """(seq, when read) of each of our probes' replies waiting on the socket."""
+        """(seq, when read, the server's entries) of each of our probes' replies waiting."""
         while True:
             try:
                 packet = self._sock.recv(65535, socket.MSG_DONTWAIT)
@@ -237,7 +274,7 @@ class Session(ToolSession):
             if probe.icmp_type != wire.ICMP_ECHO_REPLY or probe.session != self.session_id:
                 self.foreign += probe.session != self.session_id  # another run's, or a request we see
                 continue
-            yield probe.seq, rx_ns
+            yield probe.seq, rx_ns, probe.entries
 
     def _collect(self, pending: dict) -> None:
         """Hand each checkpoint event the kernel has sent so far to its probe (one that is
@@ -246,22 +283,46 @@ class Session(ToolSession):
             if ev.seq in pending:
                 pending[ev.seq].events.append(ev)
 
-    def _finished(self, p: _Pending, rx_ns: int | None) -> ProbeResult:
+    def _finished(self, p: _Pending, rx_ns: int | None, entries=()) -> ProbeResult:
         seen = [ev for ev in p.events if rx_ns is None or ev.point != DROP]  # a reply's drops: copies
         points = [Checkpoint("user_tx", "request", p.netns, "", p.sent_ns)]
         points += sorted((self._checkpoint(ev) for ev in seen), key=lambda c: c.ns)
         drop = next((ev for ev in seen if ev.point == DROP), None)
         if rx_ns is not None:
             points.append(Checkpoint("user_rx", "reply", p.netns, "", rx_ns))
+        remote = tuple(_remote_checkpoint(e) for e in entries)
+        offset = self._clock_sample(points, remote, p.netns)
+        if remote and offset is not None and not self.config.nslocal:
+            points = sorted(points + [replace(c, ns=round(c.ns - offset[0])) for c in remote], key=lambda c: c.ns)
         stages = tuple(Stage(a.label, b.label, (b.ns - a.ns) / 1000) for a, b in zip(points, points[1:]))
         return ProbeResult(
             seq=p.seq, time=p.wall, rtt_us=None if rx_ns is None else (rx_ns - p.sent_ns) / 1000,
             checkpoints=tuple(points), stages=stages,
-            drop_reason=self._drop_reasons.get(drop.reason, str(drop.reason)) if drop else None)
+            drop_reason=self._drop_reasons.get(drop.reason, str(drop.reason)) if drop else None,
+            remote=remote, clock_offset_us=None if offset is None else offset[0] / 1000,
+            clock_bound_us=None if offset is None else offset[1] / 1000)
+
+    def _clock_sample(self, points, remote, netns: str):
+        """Feed the clock filter this probe's T1..T4 (see ClockFilter); its estimate."""
+        if len(remote) >= 2:
+            out = [c.ns for c in points if c.direction == "request" and c.netns == netns and c.device]
+            back = [c.ns for c in points if c.direction == "reply" and c.netns == netns and c.device]
+            if out and back:
+                self.clock.add(max(out), remote[0].ns, remote[-1].ns, min(back))
+        return self.clock.estimate if remote else None
 
     def _checkpoint(self, ev) -> Checkpoint:
         return Checkpoint(wire.POINTS[ev.point], DIRECTIONS.get(ev.icmp_type, str(ev.icmp_type)),
                           self._names.netns(ev.netns), self._names.device(ev.netns, ev.ifindex), ev.ts, ev.cpu)
+
+
+def _remote_checkpoint(entry) -> Checkpoint:
+    """A server's entry as a checkpoint, on its clock; named by its user id, its namespace's
+    inode and its device's index (names there are not known here)."""
+    point = wire.POINTS[entry.point] if entry.point < len(wire.POINTS) else str(entry.point)
+    return Checkpoint(point, "reply" if point == "egress" else "request",
+                      f"remote{entry.user_id}:netns-{entry.netns}" if entry.netns else f"remote{entry.user_id}",
+                      f"if{entry.ifindex}" if entry.ifindex else "", entry.ns)
 
 
 def _resolve(target: str) -> str:

@@ -33,7 +33,7 @@ MAX_SIZE = 65000
 
 # Checkpoints (pingtrace.h's enum pingtrace_point), in the order a probe meets them on a host.
 POINTS = ("user_tx", "dev_queue", "qdisc_enqueue", "qdisc_dequeue", "xmit", "netif_rx", "receive",
-          "wakeup", "user_copy", "user_rx", "drop")
+          "wakeup", "user_copy", "user_rx", "drop", "egress")
 
 
 class MalformedProbe(ValueError):
