@@ -13,7 +13,6 @@ from collections.abc import Callable
 
 from ..errors import AttachError, NotSupportedError, PermissionDeniedError
 from . import _libbpf as L
-from . import mounts, perf
 from .resource import Resource
 from .constants import XDP_FLAGS_DRV_MODE, XDP_FLAGS_SKB_MODE, AttachType, ProgType
 from ._log import get_logger
@@ -44,6 +43,8 @@ class Link(Resource):
     def pin(self, path: str) -> None:
         if not self.is_bpf_link:
             raise NotSupportedError("pin", f"a {self.kind} attachment without bpf_link cannot be pinned")
+        from . import mounts
+
         mounts.ensure_bpffs()
         os.makedirs(os.path.dirname(path), exist_ok=True)
         err = L.lib.bpf_obj_pin(self.fd, os.fsencode(path))
@@ -121,6 +122,8 @@ def attach_error(err: int, kind: str, target: str, program: str) -> Exception:
                                       "integrity), or BPF trampolines disabled")
     if err == 2:
         return AttachError(f"{what}: {target or 'target'} does not exist on this kernel")
+    from . import perf
+
     if err in (95, 524, 22) and kind in ("kprobe", "kretprobe") and perf.pmu_type("kprobe") is None:
         return NotSupportedError(kind, f"{what}: this kernel has no kprobes (CONFIG_KPROBES is off)",
                                  hint="use a tracepoint-based hook, or a kernel with CONFIG_KPROBES=y")
@@ -134,11 +137,15 @@ def attach_error(err: int, kind: str, target: str, program: str) -> Exception:
 def auto(prog) -> Link:
     """Attach as the program's SEC() name says (tp/, raw_tp/, tp_btf/, fentry/, lsm/, kprobe/, ...)."""
     if prog.section.startswith(("tp/", "tracepoint/")):
+        from . import mounts  # here: most attaches need no mount table
+
         mounts.ensure_tracefs()
     return _from_ptr(L.lib.bpf_program__attach(prog.ptr), "auto", prog.section, prog.name)
 
 
 def tracepoint(prog, category: str, name: str) -> Link:
+    from . import mounts
+
     mounts.ensure_tracefs()
     ptr = L.lib.bpf_program__attach_tracepoint(prog.ptr, category.encode(), name.encode())
     return _from_ptr(ptr, "tracepoint", f"{category}/{name}", prog.name)
@@ -179,6 +186,8 @@ def uprobe(prog, binary: str, symbol: str | None = None, offset: int = 0, pid: i
 def perf_event(prog, frequency: int = 0, period: int = 0, cpus: list[int] | None = None,
                pid: int = -1, **attr_fields) -> LinkGroup:
     """Run ``prog`` on a perf event (default: cpu-clock sampling) on every online CPU."""
+    from . import perf
+
     links: list[Link] = []
     try:
         for cpu in cpus if cpus is not None else perf.online_cpus():

@@ -7,7 +7,6 @@ load (`ld.so --list`, as ldd does)."""
 from __future__ import annotations
 
 import os
-import subprocess
 from dataclasses import dataclass, replace
 
 from ...errors import ConfigError
@@ -81,6 +80,8 @@ def mapped_libraries(pid: int) -> list[str]:
 def linked_libraries(executable: str, env: dict | None = None) -> list[str]:
     """The executable and the libraries the dynamic loader would load for it with ``env``
     (LD_PRELOAD included), before it runs; just the executable when it is static."""
+    import subprocess  # only -c asks the loader (a -p process's maps say it all)
+
     loader = _dynamic_loader()
     listed = subprocess.run([loader, "--list", executable], capture_output=True, text=True,
                             timeout=30, env=env) if loader else None

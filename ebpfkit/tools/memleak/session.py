@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import subprocess
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
@@ -149,7 +148,7 @@ class Session(ToolSession):
         from ...engine.symbols import StackTraces, Symbolizer
 
         self.config = config
-        self.process: subprocess.Popen | None = None
+        self.process = None  # the started command's Popen (-c)
         self._obj = None
         self._history: dict[int, deque] = {}
         self._hold = None  # the pipe a started command waits on until the probes are attached
@@ -305,6 +304,8 @@ def _start_held(argv: list[str]):
     exports = [f"{name}={value}" for name, value in settings.items()]
     script = 'read _ <&3; exec 3<&-; while [ "$1" != -- ]; do export "$1"; shift; done; shift; exec "$@"'
     try:
+        import subprocess  # only -c starts one
+
         process = subprocess.Popen(["/bin/sh", "-c", script, "memleak", *exports, "--", *argv],
                                    pass_fds=(hold,))
     finally:
