@@ -23,6 +23,7 @@ Examples:
   ebpfkit pingtrace -c 10.0.0.2 --netns client    from the network namespace "client"
   ebpfkit pingtrace -s --userid 2                 on 10.0.0.2 first: its stages come back too
   ebpfkit --format json pingtrace -c 10.0.0.2 -C 10 -m 0   every probe's checkpoints and stages
+  ebpfkit --log pt.log pingtrace -c 10.0.0.2 -m 3000 --image pt.png   a rotating log, and a picture
 """
 
 REFRESH = 1.0  # seconds between two redraws of the live table
@@ -62,8 +63,11 @@ STATS_COLUMNS = (Column("STAGE", key="stage", align="left"), Column("N", key="co
 @click.option("--netns", metavar="NAME", help="Send from this network namespace (a name under /run/netns).")
 @click.option("-W", "--timeout", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
               metavar="SECONDS", help="A probe unanswered this long is lost.")
+@click.option("--image", "image_path", type=click.Path(dir_okay=False, writable=True), metavar="FILE.png",
+              help="At the end, draw each stage's latency over the run into FILE.png (needs matplotlib).")
 @tool_options(short_timestamp=False)
-def pingtrace(target, server, user_id, nslocal, count, interval_us, duration, max_delay_us, size, netns, timeout):
+def pingtrace(target, server, user_id, nslocal, count, interval_us, duration, max_delay_us, size, netns, timeout,
+              image_path):
     """Where a round trip's time goes: ICMP echo probes to HOST, and for each one every
     checkpoint of this machine's network stack it passed (device queue, qdisc, driver xmit,
     receive, the reader's wakeup, the copy to the reader), in every namespace and device on
@@ -78,6 +82,15 @@ def pingtrace(target, server, user_id, nslocal, count, interval_us, duration, ma
     if server:
         _serve(netns, user_id, duration)
         return
+    timeline = None
+    if image_path:
+        from .image import MissingMatplotlib, Timeline, require_matplotlib
+
+        try:
+            require_matplotlib()
+        except MissingMatplotlib as exc:
+            raise click.UsageError(str(exc)) from None
+        timeline = Timeline()
     config = build_config(Config, target=target, count=count, interval_us=interval_us, duration=duration,
                           size=size, netns=netns, timeout=timeout, nslocal=nslocal)
     out = Output.from_context()
@@ -89,13 +102,17 @@ def pingtrace(target, server, user_id, nslocal, count, interval_us, duration, ma
         session = open_session(config)
     with session:
         out.info("hook: %s", session.hook)
-        out.banner(f"Tracing probes to {session.address} ({config.size} bytes, every {interval_us} µs)..."
-                   " Hit Ctrl-C to end.")
+        if session.missing:
+            out.warn("this kernel has no tracepoint %s: those checkpoints are not seen", ", ".join(session.missing))
         with out.live():
             shown = time.monotonic()
-            try:
+            try:  # the banner inside: a Ctrl-C right after it still ends the run cleanly
+                out.banner(f"Tracing probes to {session.address} ({config.size} bytes, every {interval_us} µs)..."
+                           " Hit Ctrl-C to end.")
                 for probe in session.probes():
                     stats.add(probe)
+                    if timeline is not None:
+                        timeline.add(probe)
                     if per_probe and (max_delay_us is None or probe.lost or probe.rtt_us > max_delay_us):
                         out.event(_record(probe))
                     if not per_probe and time.monotonic() - shown >= REFRESH:
@@ -104,6 +121,9 @@ def pingtrace(target, server, user_id, nslocal, count, interval_us, duration, ma
             except KeyboardInterrupt:
                 pass
             _stats_table(out, stats)
+        if timeline is not None:
+            timeline.write(image_path, f"pingtrace to {session.address}: {stats.sent} probes, {stats.lost} lost")
+            out.info("stage latencies drawn in %s", image_path)
         out.lost(session.lost_events, "checkpoint events")
         if session.foreign:
             out.info("%d ICMP messages read were not this run's probe replies", session.foreign)

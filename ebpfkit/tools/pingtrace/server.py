@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from ...errors import ConfigError
 from ..config import ToolConfig
 from ..session import ToolSession, choose_typed_or_raw
-from .session import PROGRAM, RAW_HOOK, TYPED_HOOK
+from .session import PROGRAM, RAW_HOOK, TYPED_HOOK, skip_missing_tracepoints
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,9 @@ class Server(ToolSession):
         self.config = config
         self._obj = None
         spec = compile_bpf(PROGRAM)
-        self.hook = choose_typed_or_raw(spec, TYPED_HOOK, RAW_HOOK) + ", tc egress"
+        typed_hook = choose_typed_or_raw(spec, TYPED_HOOK, RAW_HOOK)
+        skip_missing_tracepoints(spec, typed_hook == TYPED_HOOK)
+        self.hook = typed_hook + ", tc egress"
         spec.programs["pt_reply_out"].autoload = True
         spec.rodata.update({"server": True, "targ_session": 0, "user_id": config.user_id})
         self._obj = spec.load()

@@ -37,6 +37,22 @@ TYPED_HOOK = "tp_btf net_dev_queue/qdisc_*/net_dev_start_xmit/netif_rx/netif_rec
 RAW_HOOK = "raw tracepoints " + TYPED_HOOK.split(" ", 1)[1]
 USER_TX, USER_RX, DROP = wire.POINTS.index("user_tx"), wire.POINTS.index("user_rx"), wire.POINTS.index("drop")
 DIRECTIONS = {wire.ICMP_ECHO_REQUEST: "request", wire.ICMP_ECHO_REPLY: "reply"}
+# checkpoints whose tracepoint an older kernel may lack: (group, tracepoint, program)
+OPTIONAL = (("qdisc", "qdisc_enqueue", "pt_qdisc_enqueue"), ("qdisc", "qdisc_dequeue", "pt_qdisc_dequeue"))
+
+
+def skip_missing_tracepoints(spec, typed: bool) -> list[str]:
+    """Leave out the optional checkpoints this kernel has no tracepoint for; their names."""
+    from ...engine.mounts import ensure_tracefs
+    from ...sysinfo.events import tracepoint_exists
+
+    root = ensure_tracefs()
+    missing = []
+    for group, tracepoint, program in OPTIONAL:
+        if not tracepoint_exists(group, tracepoint, root):
+            spec.programs[program if typed else program + "_raw"].autoload = False
+            missing.append(tracepoint)
+    return missing
 
 
 @dataclass(frozen=True)
@@ -193,6 +209,7 @@ class Session(ToolSession):
             self._sock = _raw_socket(config.netns)
             spec = compile_bpf(PROGRAM)
             self.hook = choose_typed_or_raw(spec, TYPED_HOOK, RAW_HOOK)
+            self.missing = skip_missing_tracepoints(spec, self.hook == TYPED_HOOK)
             spec.programs["pt_reply_out"].autoload = False  # the server's (server.py)
             spec.rodata["targ_session"] = self.session_id
             self._obj = spec.load()

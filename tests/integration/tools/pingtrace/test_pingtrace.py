@@ -237,6 +237,18 @@ def test_json_lines_and_the_slow_probe_filter(capsys, netns, veth_pair):
     assert "3 probes, 0 lost" in out and "round trip" in out and f"request xmit ek0@{netns.name}" in out
 
 
+def test_the_log_keeps_every_printed_probe_and_the_image_draws_the_stages(capsys, tmp_path, netns, veth_pair):
+    log, image = tmp_path / "pt.log", tmp_path / "pt.png"
+    rc, out, err = ek(capsys, "--log", log, "--log-size", "1M", "pingtrace", "-c", veth_pair.b.address,
+                      "--netns", netns.name, "-C", "20", "-i", "2000", "-m", "0", "--image", image)
+    assert rc == 0, err
+    logged = [json.loads(line) for line in log.read_text().splitlines()]
+    probes = [r for r in logged if r.get("tool") == "pingtrace" and "seq" in r]
+    assert [p["seq"] for p in probes] == list(range(20))
+    assert all(p["checkpoints"] and p["stages"] for p in probes)
+    assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and image.stat().st_size > 10_000
+
+
 def by_place(checkpoints) -> dict:
     return {(c.direction, c.point, c.netns, c.device): c.ns for c in checkpoints}
 

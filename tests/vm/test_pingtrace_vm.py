@@ -1,0 +1,66 @@
+"""pingtrace where netem exists (the VM's kernels; the host has no sch_netem): the test delays
+exactly the odd-numbered probes by 5 ms at one hop (a prio qdisc on the client's veth whose
+u32 filter sends ICMP echoes with an odd sequence number to a netem child), and checks that
+pingtrace puts that delay in that hop's qdisc stage, that `-m 3000` prints exactly those
+probes, and that the reader's wakeup shows once the reply comes late."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from helpers import ek
+from ebpfkit.tools import pingtrace
+
+pytestmark = pytest.mark.vm(kernel=["6.1", "6.12"])
+
+PROBES = 20
+DELAY_US = 5000
+
+
+def tc(ns: str, *args: str) -> None:
+    subprocess.run(["tc", "-n", ns, *args], check=True, capture_output=True, text=True)
+
+
+@pytest.fixture
+def odd_probes_delayed(netns, veth_pair):
+    """Odd-numbered echoes leaving the client's ek0 wait DELAY_US in netem."""
+    subprocess.run(["modprobe", "sch_netem"], check=True)
+    dev = veth_pair.a.ifname
+    tc(netns.name, "qdisc", "add", "dev", dev, "root", "handle", "1:", "prio", "bands", "3")
+    tc(netns.name, "qdisc", "add", "dev", dev, "parent", "1:3", "handle", "30:", "netem", "delay", f"{DELAY_US}us")
+    # the echo's sequence number is 26 bytes into the IPv4 packet (20 of header, 6 into ICMP)
+    tc(netns.name, "filter", "add", "dev", dev, "parent", "1:", "protocol", "ip", "prio", "1", "u32",
+       "match", "ip", "protocol", "1", "0xff", "match", "u16", "0x0001", "0x0001", "at", "26", "flowid", "1:3")
+    yield dev
+
+
+def test_a_netem_delay_lands_in_that_hops_qdisc_stage(netns, veth_pair, odd_probes_delayed):
+    a, dev = netns.name, odd_probes_delayed
+    with pingtrace.open(target=veth_pair.b.address, count=PROBES, interval_us=20_000, netns=a) as session:
+        results = list(session.probes())
+    assert len(results) == PROBES and not any(r.lost for r in results)
+    in_qdisc = f"request qdisc_enqueue {dev}@{a} -> request qdisc_dequeue {dev}@{a}"
+    for r in results:
+        stages = {s.name: s.us for s in r.stages}
+        assert sum(stages.values()) == pytest.approx(r.rtt_us, rel=0.01)
+        if r.seq % 2:
+            assert stages[in_qdisc] >= 0.9 * DELAY_US, (r.seq, stages)
+            assert r.slowest.name == in_qdisc
+            # the reply came while the reader slept: its wakeup is a checkpoint
+            points = [c.point for c in r.checkpoints]
+            last_receive = len(points) - 1 - points[::-1].index("receive")  # the reply's, back here
+            assert last_receive < points.index("wakeup") < points.index("user_copy"), points
+        else:
+            assert stages[in_qdisc] < 0.5 * DELAY_US, (r.seq, stages)
+
+
+def test_m_prints_exactly_the_delayed_probes(capsys, netns, veth_pair, odd_probes_delayed):
+    rc, out, err = ek(capsys, "--format", "json", "pingtrace", "-c", veth_pair.b.address, "--netns", netns.name,
+                      "-C", str(PROBES), "-i", "20000", "-m", "3000")
+    assert rc == 0, err
+    printed = [json.loads(line) for line in out.splitlines() if '"seq"' in line]
+    assert [p["seq"] for p in printed] == list(range(1, PROBES, 2))
+    assert all(p["slowest"].startswith(f"request qdisc_enqueue {odd_probes_delayed}@") for p in printed)
