@@ -65,6 +65,12 @@ static __always_inline void ek_count_lost(void *lost_map)
 #define EK_EXPORT_TYPE(type) \
 	const type *__EK_CAT(__ek_export_, __LINE__) __attribute__((unused))
 
+/* A field of a kernel struct: read directly where the program's arguments are typed (tp_btf,
+ * fentry: the verifier knows the pointer, and a load costs a load), else through
+ * bpf_probe_read_kernel (raw_tp), a helper call each. ``typed`` must be a constant; the
+ * includer includes bpf/bpf_core_read.h. */
+#define EK_FIELD(typed, p, field) ((typed) ? (p)->field : BPF_CORE_READ(p, field))
+
 /* Histogram buckets: slot i counts values in [2^i, 2^(i+1)), slot 0 holds 0 and 1. */
 #define EK_MAX_SLOTS 32
 

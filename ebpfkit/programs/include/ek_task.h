@@ -10,10 +10,8 @@ struct task_struct___ek_old {
 	long state;
 } __attribute__((preserve_access_index));
 
-/* A field of a task: read directly where the program's arguments are typed (tp_btf, fentry:
- * the verifier knows the pointer, and a load costs a load), else through
- * bpf_probe_read_kernel (raw_tp), a helper call each. ``typed`` must be a constant. */
-#define EK_TASK_FIELD(typed, t, field) ((typed) ? (t)->field : BPF_CORE_READ(t, field))
+/* A field of a task (EK_FIELD, ebpfkit.h). */
+#define EK_TASK_FIELD(typed, t, field) EK_FIELD(typed, t, field)
 
 static __always_inline long ek_task_state_of(struct task_struct *t, bool typed)
 {

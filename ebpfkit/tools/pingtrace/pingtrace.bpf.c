@@ -123,16 +123,24 @@ static __always_inline bool probe_at(const void *l3, struct pt_probe *p)
 
 /* The packet's IPv4 header: where the IP layer set it (sending, and once received), or at
  * data (a device's receive path, after the Ethernet header was pulled). */
-static __always_inline const void *l3_sent(const struct sk_buff *skb)
+static __always_inline const void *l3_sent(const struct sk_buff *skb, bool typed)
 {
-	return BPF_CORE_READ(skb, head) + BPF_CORE_READ(skb, network_header);
+	return EK_FIELD(typed, skb, head) + EK_FIELD(typed, skb, network_header);
 }
 
-static __always_inline const void *l3_arriving(const struct sk_buff *skb)
+static __always_inline const void *l3_arriving(const struct sk_buff *skb, bool typed)
 {
-	return BPF_CORE_READ(skb, data);
+	return EK_FIELD(typed, skb, data);
 }
 
+/* Surely no probe: not IPv4 (IPv6, ARP, ...), or shorter than the smallest probe (a TCP ACK):
+ * decided from the skb itself, before any read of the packet (which costs a helper call). */
+static __always_inline bool no_probe(const struct sk_buff *skb, bool typed)
+{
+	return EK_FIELD(typed, skb, protocol) != bpf_htons(0x0800) || EK_FIELD(typed, skb, len) < PINGTRACE_MIN_PACKET;
+}
+
+/* (Read for probes only: the cost of a few helper calls does not matter there.) */
 static __always_inline __u32 netns_of_dev(const struct net_device *dev)
 {
 	return dev ? BPF_CORE_READ(dev, nd_net.net, ns.inum) : 0;
@@ -202,13 +210,13 @@ static __always_inline void emit(const struct pt_probe *p, __u32 point, __u32 ne
 
 /* A checkpoint on a device: the packet's header found as ``l3`` says. */
 static __always_inline int on_device(const struct sk_buff *skb, const struct net_device *dev,
-				     __u32 point, bool arriving)
+				     __u32 point, bool arriving, bool typed)
 {
 	struct armed_reply *last;
 	struct pt_probe p;
 	__u32 zero = 0, netns;
 
-	if (!skb || !probe_at(arriving ? l3_arriving(skb) : l3_sent(skb), &p))
+	if (!skb || no_probe(skb, typed) || !probe_at(arriving ? l3_arriving(skb, typed) : l3_sent(skb, typed), &p))
 		return 0;
 	if (!dev)
 		dev = BPF_CORE_READ(skb, dev);
@@ -246,14 +254,14 @@ static __always_inline int waking(__u32 tid)
 
 /* Copied to a reader: in the namespace of the socket it was queued on (the reader may be in
  * another); skb_iif is the device it came in by, there. */
-static __always_inline int copied(const struct sk_buff *skb)
+static __always_inline int copied(const struct sk_buff *skb, bool typed)
 {
 	struct armed_reply *last;
 	struct pt_probe p;
 	struct sock *sk;
 	__u32 zero = 0, netns;
 
-	if (!skb || !probe_at(l3_sent(skb), &p))
+	if (!skb || no_probe(skb, typed) || !probe_at(l3_sent(skb, typed), &p))
 		return 0;
 	last = bpf_map_lookup_elem(&last_reply, &zero);
 	if (last && last->seq == p.seq && last->session == p.session)
@@ -264,12 +272,12 @@ static __always_inline int copied(const struct sk_buff *skb)
 	return 0;
 }
 
-static __always_inline int dropped(const struct sk_buff *skb, __u32 reason)
+static __always_inline int dropped(const struct sk_buff *skb, __u32 reason, bool typed)
 {
 	struct pt_probe p;
 	const struct net_device *dev;
 
-	if (!skb || !probe_at(l3_sent(skb), &p))
+	if (!skb || no_probe(skb, typed) || !probe_at(l3_sent(skb, typed), &p))
 		return 0;
 	dev = BPF_CORE_READ(skb, dev);
 	emit(&p, PT_DROP, dev ? netns_of_dev(dev) : netns_of_current(), dev ? BPF_CORE_READ(dev, ifindex) : 0,
@@ -278,43 +286,43 @@ static __always_inline int dropped(const struct sk_buff *skb, __u32 reason)
 }
 
 /* Each hook twice: tp_btf where the kernel has BTF of its own, raw tracepoints elsewhere. */
-#define PINGTRACE_HOOKS(kind, suffix)                                                             \
+#define PINGTRACE_HOOKS(kind, suffix, typed)                                                      \
 	SEC(#kind "/net_dev_queue")                                                               \
 	int BPF_PROG(pt_dev_queue##suffix, struct sk_buff *skb)                                   \
 	{                                                                                         \
-		return on_device(skb, NULL, PT_DEV_QUEUE, false);                                 \
+		return on_device(skb, NULL, PT_DEV_QUEUE, false, typed);                          \
 	}                                                                                         \
 	SEC(#kind "/qdisc_enqueue")                                                               \
 	int BPF_PROG(pt_qdisc_enqueue##suffix, struct Qdisc *q, const struct netdev_queue *txq,   \
 		     struct sk_buff *skb)                                                         \
 	{                                                                                         \
-		return on_device(skb, NULL, PT_QDISC_ENQ, false);                                 \
+		return on_device(skb, NULL, PT_QDISC_ENQ, false, typed);                          \
 	}                                                                                         \
 	SEC(#kind "/qdisc_dequeue")                                                               \
 	int BPF_PROG(pt_qdisc_dequeue##suffix, struct Qdisc *q, const struct netdev_queue *txq,   \
 		     int packets, struct sk_buff *skb)                                            \
 	{                                                                                         \
-		return on_device(skb, NULL, PT_QDISC_DEQ, false);                                 \
+		return on_device(skb, NULL, PT_QDISC_DEQ, false, typed);                          \
 	}                                                                                         \
 	SEC(#kind "/net_dev_start_xmit")                                                          \
 	int BPF_PROG(pt_xmit##suffix, const struct sk_buff *skb, const struct net_device *dev)    \
 	{                                                                                         \
-		return on_device(skb, dev, PT_XMIT, false);                                       \
+		return on_device(skb, dev, PT_XMIT, false, typed);                                \
 	}                                                                                         \
 	SEC(#kind "/netif_rx")                                                                    \
 	int BPF_PROG(pt_netif_rx##suffix, struct sk_buff *skb)                                    \
 	{                                                                                         \
-		return on_device(skb, NULL, PT_NETIF_RX, true);                                   \
+		return on_device(skb, NULL, PT_NETIF_RX, true, typed);                            \
 	}                                                                                         \
 	SEC(#kind "/netif_receive_skb")                                                           \
 	int BPF_PROG(pt_receive##suffix, struct sk_buff *skb)                                     \
 	{                                                                                         \
-		return on_device(skb, NULL, PT_RECEIVE, true);                                    \
+		return on_device(skb, NULL, PT_RECEIVE, true, typed);                             \
 	}                                                                                         \
 	SEC(#kind "/skb_copy_datagram_iovec")                                                     \
 	int BPF_PROG(pt_copy##suffix, const struct sk_buff *skb, int len)                         \
 	{                                                                                         \
-		return copied(skb);                                                               \
+		return copied(skb, typed);                                                        \
 	}                                                                                         \
 	SEC(#kind "/sched_waking")                                                                \
 	int BPF_PROG(pt_waking##suffix, struct task_struct *t)                                    \
@@ -324,11 +332,11 @@ static __always_inline int dropped(const struct sk_buff *skb, __u32 reason)
 	SEC(#kind "/kfree_skb")                                                                   \
 	int BPF_PROG(pt_drop##suffix, struct sk_buff *skb, void *location, int reason)            \
 	{                                                                                         \
-		return dropped(skb, reason);                                                      \
+		return dropped(skb, reason, typed);                                               \
 	}
 
-PINGTRACE_HOOKS(tp_btf, )
-PINGTRACE_HOOKS(raw_tp, _raw)
+PINGTRACE_HOOKS(tp_btf, , true)
+PINGTRACE_HOOKS(raw_tp, _raw, false)
 
 /* Server, at tc egress of its devices: a reply to a probe leaves with this host's checkpoints
  * of its request, and this one, written into the probe's zero padding (big-endian, after the

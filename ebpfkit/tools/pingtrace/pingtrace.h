@@ -6,6 +6,8 @@
 #define PINGTRACE_CODE 1         /* the ICMP code of an echo that is a probe (sysak's) */
 #define PINGTRACE_MAGIC 0x7ace   /* the first two bytes of a probe's payload */
 #define PINGTRACE_HEADER_LEN 16  /* the payload's header; entries follow it (wire.py) */
+#define PINGTRACE_MIN_SIZE 144   /* the smallest payload a probe has (wire.MIN_SIZE) */
+#define PINGTRACE_MIN_PACKET (20 + 8 + PINGTRACE_MIN_SIZE) /* IPv4 and ICMP headers, and that */
 
 /* Checkpoints, in the order a probe passes them on one host (wire.py names them). */
 enum pingtrace_point {

@@ -122,13 +122,16 @@ class Stage:
 class ProbeResult:
     seq: int
     time: float                          # when it was sent (seconds since the epoch)
-    rtt_us: float | None                 # None: lost
+    # as ping's: from sending to the kernel's receive of the reply here (its last `receive`
+    # checkpoint, in the sender's namespace); None: lost
+    rtt_us: float | None
     checkpoints: tuple[Checkpoint, ...]  # in time order (a server's, on this clock, among them)
-    stages: tuple[Stage, ...]            # between each two checkpoints; they add up to the RTT
+    stages: tuple[Stage, ...]            # between each two checkpoints; they add up to total_us
     drop_reason: str | None = None       # lost, and the kernel said why it dropped it
     remote: tuple[Checkpoint, ...] = ()  # the server's entries as it wrote them, on its own clock
     clock_offset_us: float | None = None  # the server's clock minus this one, as estimated
     clock_bound_us: float | None = None   # the estimate is within this of the truth
+    total_us: float | None = None         # to the reply read in user space: the RTT and the reader's part
 
     @property
     def lost(self) -> bool:
@@ -312,8 +315,11 @@ class Session(ToolSession):
         if remote and offset is not None and not self.config.nslocal:
             points = sorted(points + [replace(c, ns=round(c.ns - offset[0])) for c in remote], key=lambda c: c.ns)
         stages = tuple(Stage(a.label, b.label, (b.ns - a.ns) / 1000) for a, b in zip(points, points[1:]))
+        back = [c.ns for c in points if c.direction == "reply" and c.point == "receive" and c.netns == p.netns]
+        rtt_ns = None if rx_ns is None else (max(back) if back else rx_ns) - p.sent_ns
         return ProbeResult(
-            seq=p.seq, time=p.wall, rtt_us=None if rx_ns is None else (rx_ns - p.sent_ns) / 1000,
+            seq=p.seq, time=p.wall, rtt_us=None if rtt_ns is None else rtt_ns / 1000,
+            total_us=None if rx_ns is None else (rx_ns - p.sent_ns) / 1000,
             checkpoints=tuple(points), stages=stages,
             drop_reason=self._drop_reasons.get(drop.reason, str(drop.reason)) if drop else None,
             remote=remote, clock_offset_us=None if offset is None else offset[0] / 1000,

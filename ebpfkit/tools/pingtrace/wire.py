@@ -29,6 +29,7 @@ ICMP = struct.Struct("!BBHHH")      # type, code, checksum, echo id, echo seq
 HEADER = struct.Struct("!HBBIII")   # magic, version, entries, session, seq, reserved
 ENTRY = struct.Struct("!IIIIQ")     # netns, ifindex, user id, checkpoint, ns
 MIN_SIZE = 144                      # ICMP payload bytes: the header and five entries, rounded up
+                                    # (pingtrace.h's PINGTRACE_MIN_SIZE: its programs skip shorter packets)
 MAX_SIZE = 65000
 
 # Checkpoints (pingtrace.h's enum pingtrace_point), in the order a probe meets them on a host.

@@ -91,12 +91,19 @@ def rx_packets(ns: str, ifname: str) -> int:
 
 
 def assert_adds_up(results) -> None:
+    """In order; the stages add up to the time to the reply's read, and those up to the
+    reply's receive in the client's namespace to the RTT (as ping's: to the kernel's receive)."""
     for r in results:
         assert not r.lost, r
         times = [c.ns for c in r.checkpoints]
         assert times == sorted(times), r.checkpoints
         assert all(s.us >= 0 for s in r.stages)
-        assert sum(s.us for s in r.stages) == pytest.approx(r.rtt_us, rel=0.01)
+        assert sum(s.us for s in r.stages) == pytest.approx(r.total_us, rel=0.01)
+        client = r.checkpoints[0].netns
+        back = max(i for i, c in enumerate(r.checkpoints)
+                   if (c.direction, c.point, c.netns) == ("reply", "receive", client))
+        assert sum(s.us for s in r.stages[:back]) == pytest.approx(r.rtt_us, rel=0.01)
+        assert r.rtt_us < r.total_us
 
 
 def test_two_namespaces_every_checkpoint_in_order_adding_up_to_the_rtt(netns, peer_netns, veth_pair):
@@ -225,7 +232,7 @@ def test_json_lines_and_the_slow_probe_filter(capsys, netns, veth_pair):
     assert "seq" not in table and "5 probes, 0 lost" in json.dumps(table)
     for line in lines:
         assert line["lost"] is False
-        assert sum(s["us"] for s in line["stages"]) == pytest.approx(line["rtt_us"], rel=0.01)
+        assert sum(s["us"] for s in line["stages"]) == pytest.approx(line["total_us"], rel=0.01)
         assert line["slowest"] == max(line["stages"], key=lambda s: s["us"])["start"] + " -> " + \
             max(line["stages"], key=lambda s: s["us"])["end"]
     # -m above every RTT: no probe printed, only the per-stage table at the end
