@@ -32,6 +32,12 @@ Each round, for each tool (the order rotates):
    record first), so that ratio understates ebpfkit's advantage. Both tools pay the two clock
    reads the statistics add to every run.
 
+A third way, "floor", is what any tool doing that job pays whatever its program does: for
+runqslower, empty tp_btf programs on the hooks BCC's uses (sched_wakeup, sched_wakeup_new,
+sched_switch: the dispatch alone); for offcputime, one tp_btf sched_switch program that only
+takes the leaving task's user and kernel stacks (what an off-CPU profile by stack needs for
+each time a task blocks). A floor above half of BCC's cost puts the 0.5x target out of reach.
+
 Targets (issue 19): added ns per switch and per IRQ <= 0.5x BCC's, start-up <= 0.2x BCC's.
 """
 
@@ -58,6 +64,59 @@ from ebpfkit.engine import features, inventory, run_time_stats  # noqa: E402
 TOOLS = ("runqlat", "runqslower", "offcputime", "hardirqs")
 KPROBE_TOOLS = {"offcputime": "a kprobe on finish_task_switch"}  # BCC's versions that need kprobes
 STRUCT_TOOLS = ("runqlat", "runqslower", "offcputime")  # BCC's versions that read task_struct fields
+FLOOR = "floor"
+FLOOR_PROGRAMS = {"runqslower": ("floor_wakeup", "floor_wakeup_new", "floor_switch"),
+                  "offcputime": ("floor_stacks",)}
+
+FLOOR_PROGRAM = """\
+/* sched_overhead's floors: the hooks' dispatch alone (empty programs), and the two stacks an
+ * off-CPU profile takes each time a task leaves the CPU. */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+
+struct {
+	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(max_entries, 1024);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, 127 * sizeof(__u64));
+} stacks SEC(".maps");
+
+SEC("tp_btf/sched_wakeup")
+int BPF_PROG(floor_wakeup, struct task_struct *p) { return 0; }
+
+SEC("tp_btf/sched_wakeup_new")
+int BPF_PROG(floor_wakeup_new, struct task_struct *p) { return 0; }
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(floor_switch, bool preempt, struct task_struct *prev, struct task_struct *next) { return 0; }
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(floor_stacks, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
+	bpf_get_stackid(ctx, &stacks, 0);
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "GPL";
+"""
+
+# python -c FLOOR_LAUNCHER PROGRAM NAME...: those programs of PROGRAM attached, then "Tracing",
+# then attached until SIGINT
+FLOOR_LAUNCHER = """\
+import signal, sys
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+from ebpfkit.engine import compile
+spec = compile(sys.argv[1])
+for name, prog in spec.programs.items():
+    prog.autoload = name in sys.argv[2:]
+obj = spec.load()
+obj.attach()
+print("Tracing: the floor's programs", flush=True)
+signal.sigwait({signal.SIGINT, signal.SIGTERM})
+obj.close()
+"""
 ADDED_TARGET, START_TARGET = 0.5, 0.2
 CPU = max(os.sched_getaffinity(0))  # both ping-pong threads run here
 BATCHES = 200 if in_vm() else 20  # emulated vCPUs are preempted often: more, shorter batches there
@@ -203,11 +262,15 @@ def data_file() -> str:
 
 # --- the ways -------------------------------------------------------------------------------------
 
-def ways(tools=TOOLS) -> tuple[list[Way], dict[str, str]]:
+def ways(workdir: Path, tools=TOOLS) -> tuple[list[Way], dict[str, str]]:
     """Every (tool, implementation) of ``tools`` that can run here, and why the others cannot."""
     python = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv" / "bin" / "python").exists() \
         else sys.executable
     found = [Way(tool, "ebpfkit", [python, "-m", "ebpfkit", tool]) for tool in tools]
+    floor = workdir / "sched_floor.bpf.c"
+    floor.write_text(FLOOR_PROGRAM)
+    found += [Way(tool, FLOOR, [python, "-c", FLOOR_LAUNCHER, str(floor), *FLOOR_PROGRAMS[tool]])
+              for tool in tools if tool in FLOOR_PROGRAMS]
     missing = {}
     from bcc_headers import bcc_kernel_env, headers_match
 
@@ -281,10 +344,10 @@ def main(argv=None) -> int:
     tools = [t for t in TOOLS if t in args.tools.split(",")]
     if not tools or set(args.tools.split(",")) - set(TOOLS):
         ap.error(f"--tools: a comma-separated list of {', '.join(TOOLS)}")
-    found, missing = ways(tools)
-    figures = {w.name: Figures() for w in found}
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ebpfkit-sched-bench-") as tmp:
+        found, missing = ways(Path(tmp), tools)
+        figures = {w.name: Figures() for w in found}
         loops = Loops(Path(tmp), switches, reads)
         for way in list(found):  # one untimed start each: warm caches, and find those that fail
             try:
@@ -330,8 +393,10 @@ def report(runs, switches, reads, tools, missing, figures) -> None:
     print(f"{'way':<20} {'progs':>5} {'start s':>8} {'cold s':>7} {'RSS MiB':>8} {'bare ns/sw':>10} "
           f"{'+ns/switch':>10} {'BPF ns/sw':>9} {'BPF ns/IRQ':>10}")
     for tool in tools:
-        for impl in ("ebpfkit", "BCC"):
+        for impl in ("ebpfkit", "BCC", FLOOR):
             name = f"{impl} {tool}"
+            if impl == FLOOR and name not in figures:
+                continue
             if name in missing:
                 print(f"{name:<20} {missing[name]}")
                 continue
@@ -346,6 +411,11 @@ def report(runs, switches, reads, tools, missing, figures) -> None:
                   f"+ns/switch {ratio_note(median(ours.added()), median(theirs.added()), ADDED_TARGET, spread)}; "
                   f"BPF ns/IRQ {ratio_note(per_irq(ours), per_irq(theirs), ADDED_TARGET)}; "
                   f"RSS {median(ours.rss_kib) / median(theirs.rss_kib):.2f}x")
+        floor = figures.get(f"{FLOOR} {tool}")
+        if floor and floor.start_s and theirs and theirs.start_s:
+            print(f"  {tool}, floor / BCC: +ns/switch {median(floor.added()) / median(theirs.added()):.2f}x, "
+                  f"BPF ns/sw {median(floor.bpf_per_switch) / median(theirs.bpf_per_switch):.2f}x "
+                  "(what any tool pays for this job)")
     print(f"noise (bare-to-bare spread of the switch loop): {spread:.0f} ns; device interrupts per read: "
           f"{irqs:.2f}" + ("" if irq_ok else " (the reads did not reach the device: no per-IRQ figures)"))
     print("+ns/switch: median of paired (traced - bare) switch times, all costs included; BPF ns/sw and "

@@ -37,9 +37,10 @@ if [ "$want_bench" = 1 ]; then
   # kernel's if the archive has them, else the distribution's (fine for tracepoint programs).
   # sockperf/iperf3/wrk/nginx measure socket acceleration; trafgen (netsniff-ng), xdp-tools
   # and nftables are what the XDP filter is compared against; node_exporter is the reference
-  # exporter `ebpfkit exporter` is measured against.
+  # exporter `ebpfkit exporter` is measured against; ping (iputils-ping) is what pingtrace's RTT is
+  # compared with, and iperf3 its cost on other traffic.
   packages+=(bpftrace python3-bpfcc bpfcc-tools sockperf iperf3 wrk nginx-light netsniff-ng xdp-tools nftables
-             prometheus-node-exporter)
+             prometheus-node-exporter iputils-ping)
   if apt-cache show "linux-headers-$(uname -r)" >/dev/null 2>&1; then
     packages+=("linux-headers-$(uname -r)")
   else
