@@ -10,6 +10,7 @@
 #include <bpf/bpf_core_read.h>
 #include "ebpfkit.h"
 #include "ek_task.h"
+#include "ek_task_local.h"
 #include "offcputime.h"
 
 const volatile __u32 targ_tgid = 0;     /* 0: every process */
@@ -29,22 +30,8 @@ struct leaving {
 	struct offcpu_key key;
 };
 
-/* A task's departure: in the task itself where the pointers are typed (task storage: a
- * pointer away, no hashing, gone with the task), else in a hash by tid. Written in place,
- * never deleted: ``since`` 0 means not away. */
-struct {
-	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct leaving);
-} departures SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 10240);
-	__type(key, __u32); /* tid */
-	__type(value, struct leaving);
-} departures_by_tid SEC(".maps");
+/* A task's departure, written in place, never deleted: ``since`` 0 means not away. */
+EK_TASK_LOCAL(departures, struct leaving, 10240);
 
 struct {
 	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
@@ -60,30 +47,12 @@ struct {
 	__type(value, struct offcpu_val);
 } offcpu SEC(".maps");
 
-static struct leaving empty;
-
 /* ``typed``: the task pointers are typed (tp_btf), so their fields are read directly. */
 static __always_inline bool traced(struct task_struct *t, bool typed)
 {
 	if (targ_state != -1 && (ek_task_state_of(t, typed) & OFFCPU_STATE_BITS) != targ_state)
 		return false;
 	return ek_task_selected_of(t, targ_tgid, targ_tid, typed);
-}
-
-/* t's departure; with ``create``, made if it has none. */
-static __always_inline struct leaving *departure(struct task_struct *t, bool create, bool typed)
-{
-	struct leaving *l;
-	__u32 tid;
-
-	if (typed)
-		return bpf_task_storage_get(&departures, t, 0, create ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
-	tid = BPF_CORE_READ(t, pid);
-	l = bpf_map_lookup_elem(&departures_by_tid, &tid);
-	if (l || !create)
-		return l;
-	bpf_map_update_elem(&departures_by_tid, &tid, &empty, BPF_NOEXIST);
-	return bpf_map_lookup_elem(&departures_by_tid, &tid);
 }
 
 /* prev is still the current task: its stacks are the ones it blocks with. */
@@ -93,7 +62,7 @@ static __always_inline void switched_out(void *ctx, struct task_struct *prev, bo
 
 	if (!traced(prev, typed))
 		return;
-	l = departure(prev, true, typed);
+	l = departures_of(prev, true, typed);
 	if (!l)
 		return;
 	l->key.pid = EK_TASK_FIELD(typed, prev, tgid);
@@ -110,7 +79,7 @@ static __always_inline void switched_in(struct task_struct *next, bool typed)
 	struct leaving *l;
 	__u64 delta;
 
-	l = departure(next, false, typed);
+	l = departures_of(next, false, typed);
 	if (!l || !l->since)
 		return;
 	delta = bpf_ktime_get_ns() - l->since;

@@ -2,20 +2,18 @@
 /* Run-queue waits longer than a threshold, one event each: the task that waited, how long,
  * on which CPU, the task it replaced there, and the task that woke it.
  *
- * A wait starts at sched_waking, when a task that is not runnable is woken: it runs in the
- * waker's context (sched_wakeup may run later on the woken task's CPU, where the kernel queued
- * the wakeup for that CPU to do itself, and the current task there is not the waker), and the
- * time until then is part of the wait too: the kernel's run_delay, which starts at the enqueue,
- * leaves it out. A wait also starts when a task is preempted still runnable (no waker).
- * sched_waking is not emitted for a task that is runnable already, so it never restarts a wait
- * in progress; a stamp left on a task that was woken while still on its CPU is overwritten
- * before it can be read (leaving the CPU again means being preempted or woken again). */
+ * The waker is recorded at sched_waking, which runs in the waker's context; sched_wakeup may
+ * run later on the woken task's CPU (the kernel queues a wakeup for an idle CPU to do itself),
+ * where the current task is not the waker. The wait starts at sched_wakeup (enqueued), as the
+ * kernel's own run_delay account does (what a user compares it with: schedstat, perf sched),
+ * or when the task is preempted still runnable. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 #include "ebpfkit.h"
 #include "ek_task.h"
+#include "ek_task_local.h"
 #include "runqslower.h"
 
 const volatile __u64 targ_min_us = 10000;
@@ -23,33 +21,17 @@ const volatile __u32 targ_tgid = 0; /* 0: every process */
 const volatile __u32 targ_tid = 0;  /* 0: every thread */
 
 struct waiting {
-	__u64 since; /* 0: not waiting in a run queue */
+	__u64 since; /* 0: not waiting in a run queue (woken, sched_waking seen, not enqueued yet) */
 	__u32 waker_pid;
 	char waker_comm[TASK_COMM_LEN];
 };
 
-/* A task's entry: in the task itself where the pointers are typed (task storage: a pointer
- * away, no hashing, gone with the task), else in a hash by tid. Entries are written in place
- * and never deleted (a switch costs lookups, not an insert and a delete); the hash is LRU, so
- * threads that are gone make room for new ones. */
-struct {
-	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct waiting);
-} waits SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 10240);
-	__type(key, __u32); /* tid */
-	__type(value, struct waiting);
-} waits_by_tid SEC(".maps");
+/* Entries are written in place and never deleted (a switch costs lookups, not an insert and
+ * a delete). */
+EK_TASK_LOCAL(waits, struct waiting, 10240);
 
 EK_RINGBUF(events, 256 * 1024);
 EK_EXPORT_TYPE(struct runqslower_event);
-
-static struct waiting nobody;
 
 /* ``typed``: the task pointers are typed (tp_btf), so their fields are read directly. */
 static __always_inline bool traced(struct task_struct *t, bool typed)
@@ -57,35 +39,31 @@ static __always_inline bool traced(struct task_struct *t, bool typed)
 	return ek_task_selected_of(t, targ_tgid, targ_tid, typed);
 }
 
-/* t's entry; with ``create``, made (nobody waiting, no waker) if it has none. */
-static __always_inline struct waiting *entry(struct task_struct *t, bool create, bool typed)
-{
-	struct waiting *w;
-	__u32 tid;
-
-	if (typed)
-		return bpf_task_storage_get(&waits, t, 0, create ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
-	tid = BPF_CORE_READ(t, pid);
-	w = bpf_map_lookup_elem(&waits_by_tid, &tid);
-	if (w || !create)
-		return w;
-	bpf_map_update_elem(&waits_by_tid, &tid, &nobody, BPF_NOEXIST);
-	return bpf_map_lookup_elem(&waits_by_tid, &tid);
-}
-
-/* Woken: the wait starts. Called in the waker's context (it is the current task). */
+/* Called in the waker's context: it is the current task. */
 static __always_inline int waking(struct task_struct *p, bool typed)
 {
 	struct waiting *w;
 
 	if (!traced(p, typed))
 		return 0;
-	w = entry(p, true, typed);
-	if (!w)
-		return 0;
-	w->since = bpf_ktime_get_ns();
+	w = waits_of(p, true, typed);
+	if (!w || w->since)
+		return 0; /* already waiting in a run queue (preempted): this wakes nothing */
 	w->waker_pid = bpf_get_current_pid_tgid() >> 32;
 	bpf_get_current_comm(&w->waker_comm, sizeof(w->waker_comm));
+	return 0;
+}
+
+/* Now in the run queue: the wait starts (with the waker sched_waking recorded). */
+static __always_inline int enqueued(struct task_struct *p, bool typed)
+{
+	struct waiting *w;
+
+	if (!traced(p, typed))
+		return 0;
+	w = waits_of(p, true, typed);
+	if (w)
+		w->since = bpf_ktime_get_ns();
 	return 0;
 }
 
@@ -96,7 +74,7 @@ static __always_inline void preempted(struct task_struct *p, bool typed)
 
 	if (!traced(p, typed))
 		return;
-	w = entry(p, true, typed);
+	w = waits_of(p, true, typed);
 	if (!w)
 		return;
 	w->since = bpf_ktime_get_ns();
@@ -113,7 +91,7 @@ static __always_inline int switched(struct task_struct *prev, struct task_struct
 	if (ek_task_state_of(prev, typed) == EK_TASK_RUNNING)
 		preempted(prev, typed);
 
-	w = entry(next, false, typed);
+	w = waits_of(next, false, typed);
 	if (!w || !w->since)
 		return 0;
 	now = bpf_ktime_get_ns();
@@ -136,7 +114,9 @@ static __always_inline int switched(struct task_struct *prev, struct task_struct
 	__builtin_memcpy(ev->waker_comm, w->waker_comm, sizeof(ev->waker_comm));
 	bpf_ringbuf_submit(ev, 0);
 done:
-	w->since = 0; /* the next wait's start overwrites the waker too */
+	w->since = 0;
+	w->waker_pid = 0;
+	w->waker_comm[0] = 0;
 	return 0;
 }
 
@@ -148,10 +128,16 @@ done:
 	{                                                                                         \
 		return waking(p, typed);                                                          \
 	}                                                                                         \
+	SEC(#kind "/sched_wakeup")                                                                \
+	int BPF_PROG(runqslower_wakeup##suffix, struct task_struct *p)                            \
+	{                                                                                         \
+		return enqueued(p, typed);                                                        \
+	}                                                                                         \
 	SEC(#kind "/sched_wakeup_new")                                                            \
 	int BPF_PROG(runqslower_wakeup_new##suffix, struct task_struct *p)                        \
 	{                                                                                         \
-		return waking(p, typed); /* in the parent, which woke it by forking it */         \
+		waking(p, typed); /* in the parent, which woke it by forking it */                \
+		return enqueued(p, typed);                                                        \
 	}                                                                                         \
 	SEC(#kind "/sched_switch")                                                                \
 	int BPF_PROG(runqslower_switch##suffix, bool preempt, struct task_struct *prev,           \

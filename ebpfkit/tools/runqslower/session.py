@@ -25,8 +25,8 @@ from ..config import ToolConfig, check_pid, check_tid
 from ..session import EventSession, choose_typed_or_raw
 
 PROGRAM = os.path.join(os.path.dirname(__file__), "runqslower.bpf.c")
-TYPED_HOOK = "tp_btf sched_waking/sched_switch, task storage"
-RAW_HOOK = "raw tracepoints sched_waking/sched_switch"
+TYPED_HOOK = "tp_btf sched_waking/sched_wakeup/sched_switch, task storage"
+RAW_HOOK = "raw tracepoints sched_waking/sched_wakeup/sched_switch"
 
 
 @dataclass(frozen=True)

@@ -185,8 +185,8 @@ def test_a_signal_leaves_nothing_attached(sig, code):
     tool = RunningTool("runqslower", "100000")
     try:
         held = bpf_objects_held_by(tool.pid)
-        # sched_waking, sched_wakeup_new, sched_switch
-        assert sum(kind == "link" for kind, _ in held) == 3, held
+        # sched_waking, sched_wakeup, sched_wakeup_new, sched_switch
+        assert sum(kind == "link" for kind, _ in held) == 4, held
         tool.stop(sig)
     finally:
         tool.kill()
