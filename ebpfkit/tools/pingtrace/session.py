@@ -30,6 +30,7 @@ from ...errors import ConfigError, PermissionDeniedError
 from ..config import ToolConfig
 from ..session import ToolSession, choose_typed_or_raw
 from . import wire
+from .clock import ClockFilter
 
 PROGRAM = os.path.join(os.path.dirname(__file__), "pingtrace.bpf.c")
 TYPED_HOOK = "tp_btf net_dev_queue/qdisc_*/net_dev_start_xmit/netif_rx/netif_receive_skb/" \
@@ -164,35 +165,6 @@ class _Pending:
     events: list = field(default_factory=list)
 
 
-class ClockFilter:
-    """The offset of a server's clock from this host's, from the probes' own timestamps, as
-    NTP does: T1 the request leaving this host's namespace (its last request checkpoint
-    there), T2 its first checkpoint on the server, T3 the reply leaving the server (egress),
-    T4 the reply back in this namespace (first reply checkpoint). Then offset = ((T2 - T1) +
-    (T3 - T4)) / 2, exact when both directions of the network take the same time, and in
-    error by at most half the network's part of the round trip, delay / 2 with delay =
-    (T4 - T1) - (T3 - T2). The estimate used is the one of least delay among the last
-    ``window`` probes: the tightest bound, and it follows a drifting clock."""
-
-    def __init__(self, window: int = 64):
-        from collections import deque
-
-        self._samples: deque = deque(maxlen=window)
-
-    def add(self, t1: int, t2: int, t3: int, t4: int) -> None:
-        delay = (t4 - t1) - (t3 - t2)
-        if delay >= 0:
-            self._samples.append((delay, ((t2 - t1) + (t3 - t4)) / 2))
-
-    @property
-    def estimate(self) -> tuple[float, float] | None:
-        """(offset ns, bound ns), or None before a usable probe."""
-        if not self._samples:
-            return None
-        delay, offset = min(self._samples)
-        return offset, delay / 2
-
-
 class Session(ToolSession):
     """Loaded and attached until ``close()`` (or the end of a ``with``)."""
 
@@ -222,7 +194,6 @@ class Session(ToolSession):
         except BaseException:
             self.close()
             raise
-        self._epoch_offset = time.time() - time.monotonic()
         self._netns = self._names.current(config.netns)
 
     @property
