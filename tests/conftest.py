@@ -391,13 +391,14 @@ def iofsstat_run():
 _SECTION_FEATURE = {"tp": "tracepoint", "tracepoint": "tracepoint", "raw_tp": "raw_tp", "tp_btf": "tp_btf",
                     "fentry": "fentry", "fexit": "fexit", "lsm": "lsm", "kprobe": "kprobe",
                     "kretprobe": "kprobe", "xdp": "xdp_native", "sockops": "sockops", "sk_msg": "sk_msg",
-                    "sk_skb": "sk_msg", "perf_event": "perf_event", "uprobe": "uprobe", "uretprobe": "uprobe"}
+                    "sk_skb": "sk_msg", "perf_event": "perf_event", "uprobe": "uprobe", "uretprobe": "uprobe",
+                    "tc": "tc"}
 
 
 class EveryProgram:
     """Loads an ObjectSpec with every program this kernel runs (as its feature probes say) and
     attaches each on a hook of its kind: tracing and LSM programs where their section names,
-    XDP on a veth in a namespace the test made, sockops on a child cgroup, sk_msg/sk_skb on
+    XDP and tc (egress) on a veth in a namespace the test made, sockops on a child cgroup, sk_msg/sk_skb on
     the object's SOCKHASH, perf_event programs on cpu-clock sampling of every CPU, uprobes
     and uretprobes on this process's malloc (in its libc). Everything is closed at the end of the test."""
 
@@ -433,6 +434,8 @@ class EveryProgram:
         kind = self.feature(prog.section)
         if kind == "xdp_native":
             return self.netns.run(prog.attach_xdp, self.veth.a.ifindex, "native")
+        if kind == "tc":
+            return self.netns.run(prog.attach_tc, self.veth.a.ifindex, "egress")
         if kind == "sockops":
             return prog.attach_cgroup(self.cgroup.path)
         if kind == "sk_msg":

@@ -209,7 +209,7 @@ def test_raw_tracepoint_fallback_sees_the_same(monkeypatch):
     from ebpfkit.tools import cpudist
     from ebpfkit.tools import session as tool_sessions
 
-    def raw_only(spec):
+    def raw_only(spec, typed_maps=(), raw_maps=()):
         for prog in spec.programs.values():
             prog.autoload = prog.section.startswith("raw_tp/")
         return False
