@@ -57,6 +57,8 @@ struct {
 
 static struct kept_entries none_kept;
 EK_EXPORT_TYPE(struct pingtrace_event);
+EK_EXPORT_TYPE(struct wire_probe); /* wire.py checks its layout against these */
+EK_EXPORT_TYPE(struct wire_entry);
 EK_EXPORT_TYPE(enum skb_drop_reason); /* the reason names of this kernel, for session.py */
 
 /* The wire's layout (plain structs: vmlinux.h's carry CO-RE relocations). */
@@ -71,19 +73,6 @@ struct wire_ipv4 {
 	__u16 check;
 	__be32 saddr;
 	__be32 daddr;
-};
-
-struct wire_probe {
-	__u8 type;
-	__u8 code;
-	__u16 checksum;
-	__be16 echo_id;
-	__be16 echo_seq;
-	__be16 magic;
-	__u8 version;
-	__u8 entries;
-	__be32 session;
-	__be32 seq;
 };
 
 #define ICMP_ECHO_REPLY 0
@@ -343,14 +332,6 @@ PINGTRACE_HOOKS(raw_tp, _raw, false)
  * header; the entries byte counts them) with the ICMP checksum updated by the difference. */
 #define ETH_HEADER_LEN 14
 #define TC_ACT_OK 0
-
-struct wire_entry {
-	__be32 netns;
-	__be32 ifindex;
-	__be32 user_id;
-	__be32 point;
-	__be64 ts;
-};
 
 static __always_inline int store_csummed(struct __sk_buff *skb, __u32 off, __u32 csum_off, void *new,
 					 __u32 len, void *old)

@@ -27,6 +27,31 @@ enum pingtrace_point {
 
 #define PINGTRACE_MAX_ENTRIES 5 /* a server's checkpoints a reply carries (in a 144-byte probe's padding) */
 
+/* The probe on the wire, big-endian (wire.py reads the same layout, and checks it against these
+ * through the object's BTF): the ICMP echo header, then the payload's header. */
+struct wire_probe {
+	__u8 type;
+	__u8 code;
+	__u16 checksum;
+	__be16 echo_id;
+	__be16 echo_seq;
+	__be16 magic;
+	__u8 version;
+	__u8 entries;
+	__be32 session;
+	__be32 seq;
+	__be32 reserved;
+};
+
+/* One of a server's checkpoints in a reply, after the header (struct pingtrace_entry, big-endian). */
+struct wire_entry {
+	__be32 netns;
+	__be32 ifindex;
+	__be32 user_id;
+	__be32 point;
+	__be64 ts;
+};
+
 /* A checkpoint a server keeps for a request, and writes into its reply (big-endian there). */
 struct pingtrace_entry {
 	__u32 netns;

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from ...errors import ConfigError
 from ..config import ToolConfig
 from ..session import ToolSession, choose_typed_or_raw
-from .session import PROGRAM, RAW_HOOK, TYPED_HOOK, skip_missing_tracepoints
+from .session import PROGRAM, RAW_HOOK, TYPED_HOOK, check_wire, skip_missing_tracepoints
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,7 @@ class Server(ToolSession):
         spec.rodata.update({"server": True, "targ_session": 0, "user_id": config.user_id})
         self._obj = spec.load()
         try:
+            check_wire(self._obj)
             self._obj.attach()
             self.devices = self._attach_egress()
         except BaseException:

@@ -26,7 +26,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field, replace
 
-from ...errors import ConfigError, PermissionDeniedError
+from ...errors import ConfigError, LoadError, PermissionDeniedError
 from ..config import ToolConfig
 from ..session import ToolSession, choose_typed_or_raw
 from . import wire
@@ -188,6 +188,7 @@ class Session(ToolSession):
             spec.programs["pt_reply_out"].autoload = False  # the server's (server.py)
             spec.rodata["targ_session"] = self.session_id
             self._obj = spec.load()
+            check_wire(self._obj)
             self._obj.attach()
             self._reader = self._obj.ring_buffer("events", event_type="pingtrace_event")
             self._drop_reasons = _drop_reasons(self._obj.btf)
@@ -308,6 +309,14 @@ class Session(ToolSession):
     def _checkpoint(self, ev) -> Checkpoint:
         return Checkpoint(wire.POINTS[ev.point], DIRECTIONS.get(ev.icmp_type, str(ev.icmp_type)),
                           self._names.netns(ev.netns), self._names.device(ev.netns, ev.ifindex), ev.ts, ev.cpu)
+
+
+def check_wire(obj) -> None:
+    """The probe's layout in wire.py is the programs' (their BTF): else no probe would parse."""
+    mismatches = wire.layout_mismatches(obj.btf)
+    if mismatches:
+        raise LoadError("pingtrace's wire layout differs between wire.py and pingtrace.h: "
+                        + "; ".join(mismatches))
 
 
 def _remote_checkpoint(entry) -> Checkpoint:

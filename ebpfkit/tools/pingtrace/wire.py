@@ -37,6 +37,28 @@ POINTS = ("user_tx", "dev_queue", "qdisc_enqueue", "qdisc_dequeue", "xmit", "net
           "wakeup", "user_copy", "user_rx", "drop", "egress")
 
 
+# pingtrace.h's structs of the same layout: (struct, this module's formats in order, field names)
+C_LAYOUTS = (("wire_probe", (ICMP, HEADER), ("type", "code", "checksum", "echo_id", "echo_seq", "magic",
+                                             "version", "entries", "session", "seq", "reserved")),
+             ("wire_entry", (ENTRY,), ("netns", "ifindex", "user_id", "point", "ts")))
+
+
+def layout_mismatches(btf) -> list[str]:
+    """Where the formats above and the program's structs (its BTF) disagree: nothing, or what
+    differs, so a change on one side alone fails at load, not as garbage on the wire."""
+    found = []
+    for name, formats, fields in C_LAYOUTS:
+        codes = "".join(f.format[1:] for f in formats)
+        offsets = [struct.calcsize("!" + codes[:i]) for i in range(len(codes))]
+        t = btf.type(btf.find(name, "struct"))
+        members = [(m.name, m.bit_offset // 8) for m in t.members]
+        expected = list(zip(fields, offsets))
+        if members != expected or t.size != struct.calcsize("!" + codes):
+            found.append(f"struct {name}: the program has {members} ({t.size} bytes), wire.py "
+                         f"{expected} ({struct.calcsize('!' + codes)} bytes)")
+    return found
+
+
 class MalformedProbe(ValueError):
     """Not a pingtrace probe this version understands (the message says what is wrong)."""
 

@@ -256,6 +256,28 @@ def test_the_log_keeps_every_printed_probe_and_the_image_draws_the_stages(capsys
     assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and image.stat().st_size > 10_000
 
 
+def test_the_wire_layout_in_python_is_the_programs():
+    """wire.py's formats against the program's structs, read from its BTF: equal; and a struct
+    that drifted (a field moved) is named."""
+    import ebpfkit
+    from ebpfkit.tools.pingtrace import wire
+
+    assert wire.layout_mismatches(ebpfkit.compile(pingtrace.session.PROGRAM).btf) == []
+    drifted = ebpfkit.compile(name="drifted.bpf.c", text=r"""
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include "ebpfkit.h"
+struct wire_probe { __u8 type, code; __u16 checksum; __be16 echo_id, echo_seq, magic; __u8 version, entries;
+                    __be32 seq, session, reserved; };
+struct wire_entry { __be32 netns, ifindex, user_id, point; __be64 ts; };
+EK_EXPORT_TYPE(struct wire_probe);
+EK_EXPORT_TYPE(struct wire_entry);
+char LICENSE[] SEC("license") = "GPL";
+""")
+    (mismatch,) = wire.layout_mismatches(drifted.btf)
+    assert mismatch.startswith("struct wire_probe:") and "('seq', 12)" in mismatch
+
+
 def by_place(checkpoints) -> dict:
     return {(c.direction, c.point, c.netns, c.device): c.ns for c in checkpoints}
 
