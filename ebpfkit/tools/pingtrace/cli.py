@@ -72,7 +72,8 @@ def pingtrace(target, server, user_id, nslocal, count, interval_us, duration, ma
     checkpoint of this machine's network stack it passed (device queue, qdisc, driver xmit,
     receive, the reader's wakeup, the copy to the reader), in every namespace and device on
     the way, and the stage between each two. A HOST in another namespace of this machine is
-    seen end to end, on one clock; another host's own stages show as one."""
+    seen end to end, on one clock; another host's stages come back in its replies when it
+    runs `ebpfkit pingtrace -s`, else they show as one."""
     from ..common import usage_errors
     from .session import open as open_session, Config
     from .stats import StageStats
@@ -113,7 +114,7 @@ def pingtrace(target, server, user_id, nslocal, count, interval_us, duration, ma
                     stats.add(probe)
                     if timeline is not None:
                         timeline.add(probe)
-                    if per_probe and (max_delay_us is None or probe.lost or probe.rtt_us > max_delay_us):
+                    if per_probe and (probe.lost or probe.rtt_us > max_delay_us):
                         out.event(_record(probe))
                     if not per_probe and time.monotonic() - shown >= REFRESH:
                         _stats_table(out, stats)
