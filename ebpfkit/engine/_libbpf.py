@@ -300,6 +300,7 @@ _PROTOTYPES = {
     "bpf_tc_hook_destroy": (c_int, [POINTER(bpf_tc_hook)]),
     "bpf_tc_attach": (c_int, [POINTER(bpf_tc_hook), POINTER(bpf_tc_opts)]),
     "bpf_tc_detach": (c_int, [POINTER(bpf_tc_hook), POINTER(bpf_tc_opts)]),
+    "bpf_tc_query": (c_int, [POINTER(bpf_tc_hook), POINTER(bpf_tc_opts)]),
     # BTF
     "btf__load_vmlinux_btf": (P, []),
     "btf__parse": (P, [c_char_p, c_void_p]),

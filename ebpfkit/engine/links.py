@@ -255,8 +255,15 @@ def _tc_clsact(prog, ifindex: int, direction: str) -> Link:
     # the filter is found by ifindex in a network namespace: the attaching thread's, which need
     # not be the one that closes the link (a tool or test attaching from inside a netns)
     from ..net.netns import hold_current, run_in_held
+    from . import reaper
 
     netns = hold_current()
+    # a filter is not a bpf_link: should this process die, its reaper removes it
+    try:
+        reaper_key = reaper.register(netns, ifindex, point, handle, priority, prog.info().id)
+    except OSError as exc:
+        reaper_key = None
+        log.warning("no reaper for %s's clsact filter (%s): a killed process would leave it", prog.name, exc)
 
     def remove_filter():
         d = L.bpf_tc_opts(handle=handle, priority=priority)
@@ -269,8 +276,11 @@ def _tc_clsact(prog, ifindex: int, direction: str) -> Link:
             run_in_held(netns, remove_filter)
         finally:
             os.close(netns)
+            if reaper_key is not None:
+                reaper.unregister(reaper_key)
 
-    log.info("tcx links are not available; attached %s through clsact (not auto-detached)", prog.name)
+    log.info("tcx links are not available; attached %s through clsact (removed by a reaper "
+             "process should this one die)", prog.name)
     return Link("tc", f"ifindex {ifindex} {direction} (clsact)", detach=detach)
 
 

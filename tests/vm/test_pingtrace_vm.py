@@ -2,16 +2,19 @@
 exactly the odd-numbered probes by 5 ms at one hop (a prio qdisc on the client's veth whose
 u32 filter sends ICMP echoes with an odd sequence number to a netem child), and checks that
 pingtrace puts that delay in that hop's qdisc stage, that `-m 3000` prints exactly those
-probes, and that the reader's wakeup shows once the reply comes late."""
+probes, and that the reader's wakeup shows once the reply comes late. And that a server killed
+with SIGKILL leaves nothing, on 6.1 too, where its tc program is a clsact filter."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 
 import pytest
 
-from helpers import ek
+from helpers import RunningTool, bpf_objects_held_by, ek, still_in_kernel
 from ebpfkit.tools import pingtrace
 
 pytestmark = pytest.mark.vm(kernel=["6.1", "6.12"])
@@ -64,3 +67,23 @@ def test_m_prints_exactly_the_delayed_probes(capsys, netns, veth_pair, odd_probe
     printed = [json.loads(line) for line in out.splitlines() if '"seq"' in line]
     assert [p["seq"] for p in printed] == list(range(1, PROBES, 2))
     assert all(p["slowest"].startswith(f"request qdisc_enqueue {odd_probes_delayed}@") for p in printed)
+
+
+def test_a_killed_server_leaves_nothing_attached(peer_netns, veth_pair):
+    b, dev = peer_netns.name, veth_pair.b.ifname
+    tool = RunningTool("pingtrace", "-s", "--netns", b)
+    try:
+        held = bpf_objects_held_by(tool.pid)
+        clsact = "pt_reply_out" in tc_show(b, "filter", "show", "dev", dev, "egress")
+        tool.stop(signal.SIGKILL)
+    finally:
+        tool.kill()
+    assert tool.returncode == -signal.SIGKILL
+    assert held and still_in_kernel(held) == set()
+    assert "pt_reply_out" not in tc_show(b, "filter", "show", "dev", dev, "egress")
+    kernel = tuple(int(x) for x in os.uname().release.split(".")[:2])
+    assert clsact == (kernel < (6, 6)), "tc programs attach through clsact exactly where tcx is missing"
+
+
+def tc_show(ns: str, *args: str) -> str:
+    return subprocess.run(["tc", "-n", ns, *args], check=True, capture_output=True, text=True).stdout

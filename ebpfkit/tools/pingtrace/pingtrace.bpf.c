@@ -356,7 +356,7 @@ int pt_reply_out(struct __sk_buff *skb)
 	struct probe_key key;
 	struct wire_probe w;
 	struct wire_ipv4 ip;
-	__u32 n, head[1], old_head[1];
+	__u32 n, last_netns = 0, head[1], old_head[1];
 
 	if (!server || skb->protocol != bpf_htons(0x0800))
 		return TC_ACT_OK;
@@ -376,7 +376,8 @@ int pt_reply_out(struct __sk_buff *skb)
 	for (__u32 i = 0; i < PINGTRACE_MAX_ENTRIES - 1; i++) {
 		if (i >= n || !k)
 			break;
-		be.netns = bpf_htonl(k->e[i].netns);
+		last_netns = k->e[i].netns;
+		be.netns = bpf_htonl(last_netns);
 		be.ifindex = bpf_htonl(k->e[i].ifindex);
 		be.user_id = bpf_htonl(k->e[i].user_id);
 		be.point = bpf_htonl(k->e[i].point);
@@ -384,7 +385,8 @@ int pt_reply_out(struct __sk_buff *skb)
 		if (store_csummed(skb, entries_off + i * sizeof(be), csum_off, &be, sizeof(be), &old))
 			return TC_ACT_OK;
 	}
-	be.netns = bpf_htonl(n && k ? k->e[n - 1].netns : 0);
+	/* the last entry's netns, kept by the loop: indexing e[n - 1] here loses n's bound on 6.1 */
+	be.netns = bpf_htonl(last_netns);
 	be.ifindex = bpf_htonl(skb->ifindex);
 	be.user_id = bpf_htonl(user_id);
 	be.point = bpf_htonl(PT_EGRESS);

@@ -1,0 +1,121 @@
+"""Removing clsact filters when the process that attached them dies.
+
+On kernels without tcx links (< 6.6) a tc program is attached as a clsact filter, which is a
+netlink object: unlike a bpf_link it stays when its process is killed, even though nothing
+reads what it produces any more. So the first such attachment starts a reaper: a small child
+process in its own session, connected to this one by a SOCK_SEQPACKET socketpair. Each
+filter is registered with it (the network namespace as an fd passed with SCM_RIGHTS, the
+ifindex, attach point, handle, priority and program id) and unregistered by a clean detach.
+When the socket reads end-of-file, the parent is gone, however it died: the reaper removes
+every filter still registered, where the filter still runs the same program, and exits.
+
+Run as ``python -m ebpfkit.engine.reaper FD``; it imports only ctypes and libbpf.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+
+_lock = threading.Lock()
+_sock: socket.socket | None = None
+_child: subprocess.Popen | None = None
+_owner_pid = 0
+_keys = itertools.count(1)
+_MAX_MESSAGE = 4096
+
+
+def _connection() -> socket.socket:
+    global _sock, _child, _owner_pid
+    if _sock is None or _child_pid_changed() or _child.poll() is not None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            _child = subprocess.Popen(
+                [sys.executable, "-m", "ebpfkit.engine.reaper", str(theirs.fileno())],
+                pass_fds=[theirs.fileno()], start_new_session=True,
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        finally:
+            theirs.close()
+        ours.set_inheritable(False)
+        _sock, _owner_pid = ours, os.getpid()
+    return _sock
+
+
+def _child_pid_changed() -> bool:
+    # a forked copy of this process must not share (and close) its parent's reaper
+    return _owner_pid != os.getpid()
+
+
+def register(netns_fd: int, ifindex: int, attach_point: int, handle: int, priority: int,
+             prog_id: int) -> int:
+    """Have the reaper remove this filter if this process dies before ``unregister(key)``."""
+    with _lock:
+        key = next(_keys)
+        message = {"op": "add", "key": key, "ifindex": ifindex, "point": attach_point,
+                   "handle": handle, "priority": priority, "prog_id": prog_id}
+        socket.send_fds(_connection(), [json.dumps(message).encode()], [netns_fd])
+        return key
+
+
+def unregister(key: int) -> None:
+    with _lock:
+        if _sock is not None and not _child_pid_changed():
+            try:
+                _sock.send(json.dumps({"op": "del", "key": key}).encode())
+            except OSError:
+                pass  # the reaper is gone: nothing left to tell it
+
+
+# --- the reaper process ---------------------------------------------------------------
+
+def _remove(entry: dict, netns_fd: int) -> None:
+    from . import _libbpf as L
+
+    CLONE_NEWNET = 0x40000000
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.setns(netns_fd, CLONE_NEWNET) != 0:
+        return
+    hook = L.bpf_tc_hook(ifindex=entry["ifindex"], attach_point=entry["point"])
+    query = L.bpf_tc_opts(handle=entry["handle"], priority=entry["priority"])
+    if L.lib.bpf_tc_query(ctypes.byref(hook), ctypes.byref(query)) != 0:
+        return  # the filter or its device is gone already
+    if query.prog_id != entry["prog_id"]:
+        return  # someone else's filter now sits at that handle and priority
+    detach = L.bpf_tc_opts(handle=entry["handle"], priority=entry["priority"])
+    L.lib.bpf_tc_detach(ctypes.byref(hook), ctypes.byref(detach))
+
+
+def serve(fd: int) -> None:
+    """Keep the registry until end-of-file, then remove what is left in it."""
+    import signal
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)  # a Ctrl-C to the tool must not take its reaper first
+    sock = socket.socket(fileno=fd)
+    registry: dict[int, tuple[dict, int]] = {}
+    while True:
+        data, fds, _flags, _addr = socket.recv_fds(sock, _MAX_MESSAGE, 1)
+        if not data:
+            break
+        message = json.loads(data)
+        if message["op"] == "add" and fds:
+            registry[message["key"]] = (message, fds[0])
+        elif message["op"] == "del":
+            entry = registry.pop(message["key"], None)
+            if entry:
+                os.close(entry[1])
+    for entry, netns_fd in registry.values():
+        try:
+            _remove(entry, netns_fd)
+        except Exception:  # noqa: BLE001 - best effort for every filter, whatever one does
+            pass
+
+
+if __name__ == "__main__":
+    serve(int(sys.argv[1]))
