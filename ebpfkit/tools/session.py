@@ -58,7 +58,8 @@ class EventSession(ToolSession):
 def choose_typed_tracepoints(spec, typed_maps=(), raw_maps=()) -> bool:
     """Of a program with each hook twice, as ``tp_btf/X`` and ``raw_tp/X``, load one set:
     tp_btf where the kernel has BTF of its own (its arguments typed, no copies), else raw
-    tracepoints, which need only CO-RE (a --btf file serves them). True if tp_btf.
+    tracepoints, which need only CO-RE (a --btf file serves them). True if tp_btf. Programs
+    on other hooks are left as they are.
 
     ``typed_maps``/``raw_maps`` name maps only one set uses: a task storage, which needs typed
     task pointers, where the raw set keeps a hash by tid. The other set's maps are not created;
@@ -69,7 +70,8 @@ def choose_typed_tracepoints(spec, typed_maps=(), raw_maps=()) -> bool:
     if typed and typed_maps:
         typed = features.probe("task_storage").supported
     for prog in spec.programs.values():
-        prog.autoload = prog.section.startswith("tp_btf/") == typed
+        if prog.section.startswith(("tp_btf/", "raw_tp/")):  # other programs are the tool's to choose
+            prog.autoload = prog.section.startswith("tp_btf/") == typed
     for name in raw_maps if typed else typed_maps:
         spec.maps[name].autocreate = False
     return typed

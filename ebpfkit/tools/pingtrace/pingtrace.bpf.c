@@ -85,28 +85,33 @@ struct pt_probe {
 	__u8 type;
 };
 
+/* An IPv4 header without options and the probe's header after it: one read for the common case. */
+struct ip_and_probe {
+	struct wire_ipv4 ip;
+	struct wire_probe w;
+};
+
 /* Whether the IPv4 packet at l3 (kernel memory) is one of our probes. */
 static __always_inline bool probe_at(const void *l3, struct pt_probe *p)
 {
-	struct wire_probe w;
-	struct wire_ipv4 ip;
+	struct ip_and_probe h;
 	__u32 ihl;
 
-	if (!l3 || bpf_probe_read_kernel(&ip, sizeof(ip), l3))
+	if (!l3 || bpf_probe_read_kernel(&h, sizeof(h), l3))
 		return false;
-	ihl = (ip.version_ihl & 0xf) * 4;
-	if ((ip.version_ihl >> 4) != 4 || ip.protocol != IP_PROTO_ICMP || ihl < sizeof(ip))
+	ihl = (h.ip.version_ihl & 0xf) * 4;
+	if ((h.ip.version_ihl >> 4) != 4 || h.ip.protocol != IP_PROTO_ICMP || ihl < sizeof(h.ip))
 		return false;
-	if (bpf_probe_read_kernel(&w, sizeof(w), l3 + ihl))
+	if (ihl != sizeof(h.ip) && bpf_probe_read_kernel(&h.w, sizeof(h.w), l3 + ihl)) /* IP options */
 		return false;
-	if ((w.type != ICMP_ECHO_REQUEST && w.type != ICMP_ECHO_REPLY) || w.code != PINGTRACE_CODE ||
-	    w.magic != bpf_htons(PINGTRACE_MAGIC))
+	if ((h.w.type != ICMP_ECHO_REQUEST && h.w.type != ICMP_ECHO_REPLY) || h.w.code != PINGTRACE_CODE ||
+	    h.w.magic != bpf_htons(PINGTRACE_MAGIC))
 		return false;
-	p->session = bpf_ntohl(w.session);
+	p->session = bpf_ntohl(h.w.session);
 	if (targ_session && p->session != targ_session)
 		return false;
-	p->seq = bpf_ntohl(w.seq);
-	p->type = w.type;
+	p->seq = bpf_ntohl(h.w.seq);
+	p->type = h.w.type;
 	return true;
 }
 
@@ -122,17 +127,28 @@ static __always_inline const void *l3_arriving(const struct sk_buff *skb, bool t
 	return EK_FIELD(typed, skb, data);
 }
 
-/* Surely no probe: not IPv4 (IPv6, ARP, ...), or shorter than the smallest probe (a TCP ACK):
- * decided from the skb itself, before any read of the packet (which costs a helper call). */
+/* Surely no probe: not IPv4 (IPv6, ARP, ...), shorter than the smallest probe (a TCP ACK), or
+ * owned by a local socket that is not an ICMP one (TCP or UDP data being sent, or copied to its
+ * reader, whose header would be a cache miss to read): decided from the skb itself, before any
+ * read of the packet (which costs a helper call). */
 static __always_inline bool no_probe(const struct sk_buff *skb, bool typed)
 {
-	return EK_FIELD(typed, skb, protocol) != bpf_htons(0x0800) || EK_FIELD(typed, skb, len) < PINGTRACE_MIN_PACKET;
+	const struct sock *sk;
+
+	if (EK_FIELD(typed, skb, protocol) != bpf_htons(0x0800) || EK_FIELD(typed, skb, len) < PINGTRACE_MIN_PACKET)
+		return true;
+	sk = EK_FIELD(typed, skb, sk);
+	return sk && EK_FIELD(typed, sk, sk_protocol) != IP_PROTO_ICMP;
 }
 
-/* (Read for probes only: the cost of a few helper calls does not matter there.) */
-static __always_inline __u32 netns_of_dev(const struct net_device *dev)
+/* (Read for probes only.) With tp_btf the kernel's pointers are typed: a field is a load, where
+ * a raw tracepoint pays a helper call per pointer followed; a probe passes 8 to 10 checkpoints
+ * on a round trip, whose time it is measuring. */
+static __always_inline __u32 netns_of_dev(const struct net_device *dev, bool typed)
 {
-	return dev ? BPF_CORE_READ(dev, nd_net.net, ns.inum) : 0;
+	if (!dev)
+		return 0;
+	return typed ? dev->nd_net.net->ns.inum : BPF_CORE_READ(dev, nd_net.net, ns.inum);
 }
 
 static __always_inline __u32 netns_of_current(void)
@@ -208,9 +224,9 @@ static __always_inline int on_device(const struct sk_buff *skb, const struct net
 	if (!skb || no_probe(skb, typed) || !probe_at(arriving ? l3_arriving(skb, typed) : l3_sent(skb, typed), &p))
 		return 0;
 	if (!dev)
-		dev = BPF_CORE_READ(skb, dev);
-	netns = netns_of_dev(dev);
-	emit(&p, point, netns, dev ? BPF_CORE_READ(dev, ifindex) : 0, 0);
+		dev = EK_FIELD(typed, skb, dev);
+	netns = netns_of_dev(dev, typed);
+	emit(&p, point, netns, dev ? EK_FIELD(typed, dev, ifindex) : 0, 0);
 	if (point == PT_RECEIVE && p.type == ICMP_ECHO_REPLY && (last = bpf_map_lookup_elem(&last_reply, &zero))) {
 		last->session = p.session;
 		last->seq = p.seq;
@@ -255,9 +271,12 @@ static __always_inline int copied(const struct sk_buff *skb, bool typed)
 	last = bpf_map_lookup_elem(&last_reply, &zero);
 	if (last && last->seq == p.seq && last->session == p.session)
 		last->armed = 0; /* read without a wakeup (the reader was running): none to wait for */
-	sk = BPF_CORE_READ(skb, sk);
-	netns = sk ? BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum) : netns_of_current();
-	emit(&p, PT_USER_COPY, netns, BPF_CORE_READ(skb, skb_iif), 0);
+	sk = EK_FIELD(typed, skb, sk);
+	if (!sk)
+		netns = netns_of_current();
+	else
+		netns = typed ? sk->__sk_common.skc_net.net->ns.inum : BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum);
+	emit(&p, PT_USER_COPY, netns, EK_FIELD(typed, skb, skb_iif), 0);
 	return 0;
 }
 
@@ -268,8 +287,8 @@ static __always_inline int dropped(const struct sk_buff *skb, __u32 reason, bool
 
 	if (!skb || no_probe(skb, typed) || !probe_at(l3_sent(skb, typed), &p))
 		return 0;
-	dev = BPF_CORE_READ(skb, dev);
-	emit(&p, PT_DROP, dev ? netns_of_dev(dev) : netns_of_current(), dev ? BPF_CORE_READ(dev, ifindex) : 0,
+	dev = EK_FIELD(typed, skb, dev);
+	emit(&p, PT_DROP, dev ? netns_of_dev(dev, typed) : netns_of_current(), dev ? EK_FIELD(typed, dev, ifindex) : 0,
 	     reason);
 	return 0;
 }
@@ -316,7 +335,7 @@ static __always_inline int dropped(const struct sk_buff *skb, __u32 reason, bool
 	SEC(#kind "/sched_waking")                                                                \
 	int BPF_PROG(pt_waking##suffix, struct task_struct *t)                                    \
 	{                                                                                         \
-		return waking(BPF_CORE_READ(t, pid));                                             \
+		return waking(EK_FIELD(typed, t, pid));                                           \
 	}                                                                                         \
 	SEC(#kind "/kfree_skb")                                                                   \
 	int BPF_PROG(pt_drop##suffix, struct sk_buff *skb, void *location, int reason)            \

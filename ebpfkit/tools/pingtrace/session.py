@@ -123,8 +123,8 @@ class Stage:
 class ProbeResult:
     seq: int
     time: float                          # when it was sent (seconds since the epoch)
-    # as ping's: from sending to the kernel's receive of the reply here (its last `receive`
-    # checkpoint, in the sender's namespace); None: lost
+    # as ping's: from sending to the kernel's arrival stamp of the reply here (the netif_rx
+    # that queued it on a backlog, else its receive, in the sender's namespace); None: lost
     rtt_us: float | None
     checkpoints: tuple[Checkpoint, ...]  # in time order (a server's, on this clock, among them)
     stages: tuple[Stage, ...]            # between each two checkpoints; they add up to total_us
@@ -277,6 +277,8 @@ class Session(ToolSession):
 
     def _finished(self, p: _Pending, rx_ns: int | None, entries=()) -> ProbeResult:
         seen = [ev for ev in p.events if rx_ns is None or ev.point != DROP]  # a reply's drops: copies
+        # sent: stamped here just before sendto(), as ping does (a kernel stamp at the syscall's
+        # entry would need a syscall tracepoint, which slows every syscall of every process)
         points = [Checkpoint("user_tx", "request", p.netns, "", p.sent_ns)]
         points += sorted((self._checkpoint(ev) for ev in seen), key=lambda c: c.ns)
         drop = next((ev for ev in seen if ev.point == DROP), None)
@@ -287,8 +289,8 @@ class Session(ToolSession):
         if remote and offset is not None and not self.config.nslocal:
             points = sorted(points + [replace(c, ns=round(c.ns - offset[0])) for c in remote], key=lambda c: c.ns)
         stages = tuple(Stage(a.label, b.label, (b.ns - a.ns) / 1000) for a, b in zip(points, points[1:]))
-        back = [c.ns for c in points if c.direction == "reply" and c.point == "receive" and c.netns == p.netns]
-        rtt_ns = None if rx_ns is None else (max(back) if back else rx_ns) - p.sent_ns
+        arrived = _reply_arrival(points, p.netns)
+        rtt_ns = None if rx_ns is None else (rx_ns if arrived is None else arrived) - p.sent_ns
         return ProbeResult(
             seq=p.seq, time=p.wall, rtt_us=None if rtt_ns is None else rtt_ns / 1000,
             total_us=None if rx_ns is None else (rx_ns - p.sent_ns) / 1000,
@@ -309,6 +311,23 @@ class Session(ToolSession):
     def _checkpoint(self, ev) -> Checkpoint:
         return Checkpoint(wire.POINTS[ev.point], DIRECTIONS.get(ev.icmp_type, str(ev.icmp_type)),
                           self._names.netns(ev.netns), self._names.device(ev.netns, ev.ifindex), ev.ts, ev.cpu)
+
+
+def _reply_arrival(points, netns: str) -> int | None:
+    """When the reply came back into the client's namespace: where the kernel stamps a packet's
+    arrival (the SO_TIMESTAMP ping reports), its last receive there, or the netif_rx that queued
+    it on a backlog (veth, loopback) just before."""
+    last = None
+    for i, c in enumerate(points):
+        if c.direction == "reply" and c.point == "receive" and c.netns == netns:
+            last = i
+    if last is None:
+        return None
+    before = points[last - 1]
+    if (before.direction, before.point, before.netns, before.device) == ("reply", "netif_rx", netns,
+                                                                        points[last].device):
+        return before.ns
+    return points[last].ns
 
 
 def check_wire(obj) -> None:
