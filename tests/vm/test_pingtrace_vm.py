@@ -1,7 +1,7 @@
 """pingtrace where netem exists (the VM's kernels; the host has no sch_netem): the test delays
-exactly the odd-numbered probes by 5 ms at one hop (a prio qdisc on the client's veth whose
+exactly the odd-numbered probes by 20 ms at one hop (a prio qdisc on the client's veth whose
 u32 filter sends ICMP echoes with an odd sequence number to a netem child), and checks that
-pingtrace puts that delay in that hop's qdisc stage, that `-m 3000` prints exactly those
+pingtrace puts that delay in that hop's qdisc stage, that `-m 10000` prints exactly those
 probes, and that the reader's wakeup shows once the reply comes late. And that a server killed
 with SIGKILL leaves nothing, on 6.1 too, where its tc program is a clsact filter."""
 
@@ -20,7 +20,9 @@ from ebpfkit.tools import pingtrace
 pytestmark = pytest.mark.vm(kernel=["6.1", "6.12"])
 
 PROBES = 20
-DELAY_US = 5000
+# long beside what the emulated guest's Python takes to read a reply (a few ms under TCG)
+DELAY_US = 20_000
+INTERVAL_US = 40_000
 
 
 def tc(ns: str, *args: str) -> None:
@@ -42,7 +44,7 @@ def odd_probes_delayed(netns, veth_pair):
 
 def test_a_netem_delay_lands_in_that_hops_qdisc_stage(netns, veth_pair, odd_probes_delayed):
     a, dev = netns.name, odd_probes_delayed
-    with pingtrace.open(target=veth_pair.b.address, count=PROBES, interval_us=20_000, netns=a) as session:
+    with pingtrace.open(target=veth_pair.b.address, count=PROBES, interval_us=INTERVAL_US, netns=a) as session:
         results = list(session.probes())
     assert len(results) == PROBES and not any(r.lost for r in results)
     in_qdisc = f"request qdisc_enqueue {dev}@{a} -> request qdisc_dequeue {dev}@{a}"
@@ -62,11 +64,39 @@ def test_a_netem_delay_lands_in_that_hops_qdisc_stage(netns, veth_pair, odd_prob
 
 def test_m_prints_exactly_the_delayed_probes(capsys, netns, veth_pair, odd_probes_delayed):
     rc, out, err = ek(capsys, "--format", "json", "pingtrace", "-c", veth_pair.b.address, "--netns", netns.name,
-                      "-C", str(PROBES), "-i", "20000", "-m", "3000")
+                      "-C", str(PROBES), "-i", str(INTERVAL_US), "-m", "10000")
     assert rc == 0, err
     printed = [json.loads(line) for line in out.splitlines() if '"seq"' in line]
     assert [p["seq"] for p in printed] == list(range(1, PROBES, 2))
     assert all(p["slowest"].startswith(f"request qdisc_enqueue {odd_probes_delayed}@") for p in printed)
+
+
+@pytest.fixture
+def every_probe_delayed(netns, veth_pair):
+    """Everything leaving the client's ek0 waits 60 ms in netem."""
+    subprocess.run(["modprobe", "sch_netem"], check=True)
+    tc(netns.name, "qdisc", "add", "dev", veth_pair.a.ifname, "root", "netem", "delay", "60ms")
+
+
+@pytest.mark.parametrize("mode", ["compact", "pingpong", "auto"])
+def test_mode_decides_whether_probes_overlap(netns, veth_pair, every_probe_delayed, mode):
+    """Probes 40 ms apart on a path that takes 60 ms: compact keeps the 40 ms, so each probe
+    leaves before the last one's reply; pingpong sends each 40 ms after the last reply; auto
+    as soon as it is read (the schedule has passed)."""
+    with pingtrace.open(target=veth_pair.b.address, count=6, interval_us=40_000, netns=netns.name,
+                        mode=mode) as session:
+        results = list(session.probes())
+    assert len(results) == 6 and not any(r.lost for r in results)
+    assert [(r.checkpoints[0].point, r.checkpoints[-1].point) for r in results] == [("user_tx", "user_rx")] * 6
+    assert all(r.rtt_us >= 0.9 * 60_000 for r in results)
+    # ms from one probe's reply read to the next probe's send
+    gaps = [(b.checkpoints[0].ns - a.checkpoints[-1].ns) / 1e6 for a, b in zip(results, results[1:])]
+    if mode == "compact":
+        assert all(g < 0 for g in gaps), gaps
+    elif mode == "pingpong":
+        assert all(g >= 36 for g in gaps), gaps
+    else:
+        assert all(0 <= g < 36 for g in gaps), gaps
 
 
 def test_a_killed_server_leaves_nothing_attached(peer_netns, veth_pair):

@@ -13,6 +13,7 @@ from ...output import Column, Output, ResultTable, tool_options
 from ...output.values import clock_time
 from ..common import build_config
 from . import wire
+from .pacing import MODES
 
 EXAMPLES = """\b
 Examples:
@@ -63,11 +64,15 @@ STATS_COLUMNS = (Column("STAGE", key="stage", align="left"), Column("N", key="co
 @click.option("--netns", metavar="NAME", help="Send from this network namespace (a name under /run/netns).")
 @click.option("-W", "--timeout", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
               metavar="SECONDS", help="A probe unanswered this long is lost.")
+@click.option("--mode", type=click.Choice(MODES), default="auto", show_default=True,
+              help="When the next probe goes: compact, every interval however many are unanswered; "
+                   "pingpong, one at a time, an interval after the last one's reply; auto, every interval "
+                   "but never while one is unanswered.")
 @click.option("--image", "image_path", type=click.Path(dir_okay=False, writable=True), metavar="FILE.png",
               help="At the end, draw each stage's latency over the run into FILE.png (needs matplotlib).")
 @tool_options(short_timestamp=False)
 def pingtrace(target, server, user_id, nslocal, count, interval_us, duration, max_delay_us, size, netns, timeout,
-              image_path):
+              mode, image_path):
     """Where a round trip's time goes: ICMP echo probes to HOST, and for each one every
     checkpoint of this machine's network stack it passed (device queue, qdisc, driver xmit,
     receive, the reader's wakeup, the copy to the reader), in every namespace and device on
@@ -93,7 +98,7 @@ def pingtrace(target, server, user_id, nslocal, count, interval_us, duration, ma
             raise click.UsageError(str(exc)) from None
         timeline = Timeline()
     config = build_config(Config, target=target, count=count, interval_us=interval_us, duration=duration,
-                          size=size, netns=netns, timeout=timeout, nslocal=nslocal)
+                          size=size, netns=netns, timeout=timeout, nslocal=nslocal, mode=mode)
     out = Output.from_context()
     per_probe = max_delay_us is not None  # else the per-stage table, redrawn every second
     if per_probe:

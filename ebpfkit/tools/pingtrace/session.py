@@ -31,6 +31,7 @@ from ..config import ToolConfig
 from ..session import ToolSession, choose_typed_or_raw
 from . import wire
 from .clock import ClockFilter
+from .pacing import MODES, Pacer
 
 PROGRAM = os.path.join(os.path.dirname(__file__), "pingtrace.bpf.c")
 TYPED_HOOK = "tp_btf net_dev_queue/qdisc_*/net_dev_start_xmit/netif_rx/netif_receive_skb/" \
@@ -66,6 +67,7 @@ class Config(ToolConfig):
     netns: str | None = None          # the namespace to send from (None: this process's)
     timeout: float = 1.0              # seconds without a reply after which a probe is lost
     nslocal: bool = False             # the server is on this host: its entries repeat what is seen here
+    mode: str = "auto"                # MODES: when the next probe goes while one is unanswered
 
     def validate(self) -> None:
         if not self.target:
@@ -81,6 +83,8 @@ class Config(ToolConfig):
                                       f"header and room for its entries), got {self.size}")
         if self.timeout <= 0:
             raise ConfigError("timeout", f"must be more than 0 s, got {self.timeout}")
+        if self.mode not in MODES:
+            raise ConfigError("mode", f"must be one of {', '.join(MODES)}, got {self.mode!r}")
         if self.netns is not None:
             from ...net.netns import netns_path
 
@@ -209,7 +213,7 @@ class Session(ToolSession):
         interval = cfg.interval_us / 1e6
         start = time.monotonic()
         end = None if cfg.duration is None else start + cfg.duration
-        next_send, sent = start, 0
+        pacer, sent = Pacer(cfg.mode, interval, start), 0
         pending: dict[int, _Pending] = {}
         while True:
             # every reply waiting is read (and stamped) before anything else: before the next
@@ -217,21 +221,24 @@ class Session(ToolSession):
             for seq, rx_ns, entries in list(self._replies()):
                 if seq in pending:
                     self._collect(pending)
+                    pacer.finished(time.monotonic())
                     yield self._finished(pending.pop(seq), rx_ns, entries)
             now = time.monotonic()
             for seq in [s for s, p in pending.items() if p.deadline <= now]:
                 self._collect(pending)
+                pacer.finished(now)
                 yield self._finished(pending.pop(seq), None)
             now = time.monotonic()
             sending = (cfg.count is None or sent < cfg.count) and (end is None or now < end)
             if not sending and not pending:
                 return
-            if sending and now >= next_send:
+            if sending and pacer.due(now, len(pending)):
                 pending[sent] = self._send(sent)
                 sent += 1
-                next_send = max(next_send + interval, now - interval)  # no burst after a stall
+                pacer.sent(now)
                 continue
-            wake = min(([next_send] if sending else []) + [p.deadline for p in pending.values()])
+            send_at = [pacer.next] if sending and not pacer.waits_for_reply(len(pending)) else []
+            wake = min(send_at + [p.deadline for p in pending.values()])
             select.select([self._sock], [], [], max(wake - now, 0))
 
     def close(self) -> None:
