@@ -27,11 +27,12 @@ packages=("${runtime_packages[@]}" "${build_packages[@]}")
 # and 6.12: the newest, so the VM tests' default; tests name both where the kernel decides the
 # path: sockmap links, tcx) and busybox are what the VM harness boots; nginx and wrk rebuild the
 # sockmap load-balancer experiment; prometheus scrapes `ebpfkit exporter` in its tests; memleak's
-# tests run their leaking program under jemalloc and tcmalloc (LD_PRELOAD) to test those presets.
+# tests run their leaking program under jemalloc and tcmalloc (LD_PRELOAD) to test those presets;
+# detect's reverse-shell corpus uses socat, ncat and netcat (and its benign corpus socat and curl).
 [ "$want_test" = 1 ] && packages+=(make libc6-dev qemu-system-x86 linux-image-amd64 linux-headers-amd64
                                    linux-image-6.12-amd64 linux-headers-6.12-amd64
                                    busybox-static nginx-light wrk prometheus
-                                   libjemalloc2 libtcmalloc-minimal4)
+                                   libjemalloc2 libtcmalloc-minimal4 socat ncat netcat-openbsd curl)
 if [ "$want_bench" = 1 ]; then
   # gcc (above) builds the benchmark's syscall loop. BCC compiles against kernel headers: the running
   # kernel's if the archive has them, else the distribution's (fine for tracepoint programs).

@@ -18,6 +18,8 @@ A file is a YAML list of items, each one of::
           values: [[sh, nginx]]
       enabled: true
       action: alert            # ebpfkit: or kill (the process, from the kernel)
+      fuse: proc.pid           # ebpfkit: one alert per value, gathering the events that match
+      rate_limit: 20           # ebpfkit: alerts a second at most (default 20), the rest counted
 
 Falco's ``append: true`` extends a list, a macro or a rule's condition or exceptions defined
 earlier (in this file or one loaded before it), and ``- rule: NAME`` with only ``enabled:``
@@ -32,22 +34,24 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import yaml
 
-from .condition import And, ConditionError, FieldSpec, Node, Not, Or, Parser
+from .condition import FIELD_NAME, And, ConditionError, FieldSpec, Node, Not, Or, Parser
 from .loader import PolicyError, load_yaml, node_line, read_text
 
 PRIORITIES = ("EMERGENCY", "ALERT", "CRITICAL", "ERROR", "WARNING", "NOTICE", "INFORMATIONAL", "DEBUG")
 _PRIORITY_ALIASES = {"INFO": "INFORMATIONAL"}
 ACTIONS = ("alert", "kill")
+DEFAULT_RATE_LIMIT = 20.0
 TECHNIQUE = re.compile(r"^T\d{4}(\.\d{3})?$")
 _IGNORED_ITEMS = ("required_engine_version", "required_plugin_versions")
 _KEYS = {
     "list": {"list", "items", "append"},
     "macro": {"macro", "condition", "append"},
     "rule": {"rule", "desc", "condition", "output", "priority", "tags", "exceptions", "enabled", "append",
-             "action", "source", "warn_evttypes", "skip-if-unknown-filter"},
+             "action", "source", "warn_evttypes", "skip-if-unknown-filter", "fuse", "rate_limit"},
 }
 _OUTPUT_FIELD = re.compile(r"%([a-z][a-z0-9_]*(?:\.[a-z0-9_]+)+(?:\[[^\]\s]+\])?)")
 
@@ -62,6 +66,8 @@ class Rule:
     tags: tuple[str, ...] = ()
     enabled: bool = True
     action: str = "alert"
+    fuse: str | None = None    # a field: one alert per value of it
+    rate_limit: float = DEFAULT_RATE_LIMIT   # alerts a second
     source: str = "<rules>"
     line: int = 0
 
@@ -70,9 +76,10 @@ class Rule:
         """The MITRE ATT&CK technique ids among its tags (T1059, T1059.004, ...)."""
         return tuple(t for t in self.tags if TECHNIQUE.match(t))
 
-    def fields(self) -> set[str]:
+    @cached_property
+    def fields(self) -> frozenset[str]:
         """Every field its condition and output read."""
-        return self.condition.fields() | set(_OUTPUT_FIELD.findall(self.output))
+        return frozenset(self.condition.fields() | set(_OUTPUT_FIELD.findall(self.output)))
 
     def render(self, event: Mapping) -> str:
         """The output with each %field replaced by the event's value (<NA> when it has none)."""
@@ -113,6 +120,8 @@ class _RuleDef:
     tags: tuple[str, ...]
     enabled: bool
     action: str
+    fuse: str | None
+    rate_limit: float
     at: _Where
     appended: list[tuple[str, str, _Where]] = field(default_factory=list)   # ("and"|"or", text, where)
     exceptions: list[_Exception] = field(default_factory=list)
@@ -265,8 +274,10 @@ class _Reader:
         if source != "syscall":
             raise self.error(f"rule {name!r}: only syscall rules are supported, not source {source!r}",
                              keys["source"])
-        output = self._scalar(keys["output"], f"rule {name!r}'s output")
+        output = self._scalar(keys["output"], f"rule {name!r}'s output").strip()  # a folded > ends in \n
         self._check_output(name, output, keys["output"])
+        fuse = self._fuse(name, keys["fuse"]) if "fuse" in keys else None
+        rate_limit = self._rate_limit(name, keys["rate_limit"]) if "rate_limit" in keys else DEFAULT_RATE_LIMIT
         defs.pop(name, None)  # a rule defined again replaces the first, and moves to the end
         defs[name] = _RuleDef(
             name=name, condition=self._scalar(keys["condition"], f"rule {name!r}'s condition"),
@@ -274,7 +285,7 @@ class _Reader:
             desc=self._scalar(keys["desc"], "desc") if "desc" in keys else "",
             tags=self._strings(keys["tags"], f"rule {name!r}'s tags") if "tags" in keys else (),
             enabled=self._bool(keys["enabled"], "enabled") if "enabled" in keys else True,
-            action=action, at=self.at(item))
+            action=action, fuse=fuse, rate_limit=rate_limit, at=self.at(item))
         if "exceptions" in keys:
             defs[name].exceptions.extend(self._exceptions(name, keys["exceptions"]))
 
@@ -290,6 +301,23 @@ class _Reader:
             rule.appended.append((first, rest, self.at(keys["condition"])))
         if "exceptions" in keys:
             rule.exceptions.extend(self._exceptions(rule.name, keys["exceptions"]))
+
+    def _fuse(self, name: str, node) -> str:
+        value = self._scalar(node, f"rule {name!r}'s fuse")
+        fields = self.ruleset.fields
+        if not FIELD_NAME.match(value) or fields is not None and value.partition("[")[0] not in fields:
+            raise self.error(f"rule {name!r}: fuse names {value!r}, which is not a known field", node)
+        return value
+
+    def _rate_limit(self, name: str, node) -> float:
+        value = self._scalar(node, f"rule {name!r}'s rate_limit")
+        try:
+            rate = float(value)
+        except ValueError:
+            rate = -1.0
+        if not rate > 0:
+            raise self.error(f"rule {name!r}: rate_limit is alerts a second, more than 0; got {value!r}", node)
+        return rate
 
     def _priority(self, name: str, node) -> str:
         value = self._scalar(node, f"rule {name!r}'s priority").upper()
@@ -364,7 +392,8 @@ class _Compiler:
                 condition = And((condition, Not(Or(tuple(self._exception(e) for e in d.exceptions)))))
             compiled[d.name] = Rule(name=d.name, condition=condition, output=d.output, priority=d.priority,
                                     desc=d.desc, tags=d.tags, enabled=d.enabled, action=d.action,
-                                    source=d.at.source, line=d.at.line or 0)
+                                    fuse=d.fuse, rate_limit=d.rate_limit, source=d.at.source,
+                                    line=d.at.line or 0)
         for name in self.ruleset.macros:  # a macro no rule uses is still checked
             self.macro(name)
         return compiled

@@ -82,6 +82,10 @@ TOOLS: dict[str, ToolInfo] = {t.name: t for t in [
     ToolInfo("guard", "ebpfkit.tools.guard.cli",
              "Protect files and processes with BPF-LSM (policy, trust, audit; pinned agent).",
              hooks=(("BPF-LSM", ("btf", "kernel_btf", "lsm", "lsm_active")),)),
+    ToolInfo("detect", "ebpfkit.tools.detect.cli",
+             "Intrusion detection: Falco-format rules over process, network and fd events (reverse shells).",
+             hooks=(("raw tracepoint sched_process_exec, syscall tracepoints connect/dup/dup2/dup3/fcntl",
+                     ("btf", "raw_tp", "tracepoint", "lockdown")),)),
     ToolInfo("exporter", "ebpfkit.exporter.cli",
              "Serve tool sessions as Prometheus metrics (runqlat, iofsstat; the pinned xdp, sockmap, guard).",
              # each source runs as its tool does (see their rows); one it cannot run is reported

@@ -115,7 +115,7 @@ def test_a_rule_file_with_lists_macros_and_forward_references():
     assert rule.matches(EXEC)
     assert not rule.matches(dict(EXEC, **{"proc.aname[1]": "cron"}))
     assert rule.render(EXEC) == "shell bash (pid 42) under nginx, fd <NA>"
-    assert rule.fields() == {"evt.type", "proc.name", "proc.pid", "proc.aname[1]", "fd.name"}
+    assert rule.fields == {"evt.type", "proc.name", "proc.pid", "proc.aname[1]", "fd.name"}
 
 
 def test_exceptions_rows_and_the_single_field_form():
@@ -188,6 +188,10 @@ def test_falco_engine_version_items_are_accepted():
      "unknown field %proc.nope", 3),
     ("- rule: r\n  condition: proc.name = a\n  output: o\n  priority: INFO\n  action: shout\n",
      "action must be alert or kill", 5),
+    ("- rule: r\n  condition: proc.name = a\n  output: o\n  priority: INFO\n  fuse: proc.nope\n",
+     "fuse names 'proc.nope'", 5),
+    ("- rule: r\n  condition: proc.name = a\n  output: o\n  priority: INFO\n  rate_limit: 0\n",
+     "rate_limit is alerts a second", 5),
     ("- macro: a\n  condition: b\n- macro: b\n  condition: a\n", "cycle: a -> b -> a", 2),
     ("- rule: r\n  condition: nope\n  output: o\n  priority: INFO\n", "unknown macro 'nope'", 2),
     ("- list: l\n  items: [a]\n  append: true\n", "no list 'l' comes before it", 1),

@@ -1,0 +1,103 @@
+"""`ebpfkit detect`: run the rules over the kernel's events (run), validate rule files (check),
+list the rules (rules)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import click
+
+from ...output import Column, Output, ResultTable, tool_options
+from ...output.values import clock_time
+from ..common import build_config
+
+EXAMPLES = """\b
+Examples:
+  ebpfkit detect run                         the built-in rules, alerts as they come
+  ebpfkit detect run --rules local.yaml      and a file of your own (it may extend them)
+  ebpfkit --format json --log alerts.log detect run   JSON lines, and a rotating log
+  ebpfkit detect check local.yaml            validate only (exit 2 with the line of an error)
+  ebpfkit detect rules                       every rule, its priority and ATT&CK techniques
+"""
+
+ALERT_COLUMNS = (Column("TIME", key="time", format=lambda t: clock_time(datetime.fromtimestamp(t))),
+                 Column("PRIORITY", key="priority", align="left"), Column("RULE", key="rule", align="left"),
+                 Column("PID", key="pid"), Column("OUTPUT", key="output", align="left"))
+
+
+def rules_option(f):
+    f = click.option("--no-builtin", "builtin", is_flag=True, default=True, flag_value=False,
+                     help="Leave out the built-in rules.")(f)
+    return click.option("--rules", "rules", multiple=True, type=click.Path(), metavar="FILE|DIR",
+                        help="A rules file, or a directory of *.yaml, read after the built-in rules "
+                             "(repeatable, in order; a later file may extend an earlier one).")(f)
+
+
+@click.group(epilog=EXAMPLES)
+def detect():
+    """Intrusion detection: process, network and file-descriptor events from the kernel matched
+    against rules in Falco's format (rule, macro, list, condition, output, priority, tags,
+    exceptions), built-in ones first. A reverse shell (a network socket on a process's
+    stdin/stdout) is one alert per process, whichever of its signals come."""
+
+
+@detect.command(epilog=EXAMPLES)
+@rules_option
+@tool_options
+def run(rules, builtin):
+    """Match the kernel's events against the rules until Ctrl-C; each alert as it is raised."""
+    from .session import open as open_session, Config
+
+    config = build_config(Config, rules=tuple(rules), builtin=builtin)
+    out = Output.from_context()
+    out.event_columns(*ALERT_COLUMNS, data_keys=["time", "rule", "priority", "techniques", "pid", "container",
+                                                 "process_tree", "signals", "output", "event"])
+    with open_session(config) as session:
+        out.info("hook: %s", session.hook)
+        enabled = len(session.ruleset.enabled())
+        try:
+            out.banner(f"Detecting with {enabled} rules... Hit Ctrl-C to end.")
+            for alert in session.alerts():
+                out.event(alert.to_dict())
+        except KeyboardInterrupt:
+            for alert in session.poll(0):
+                out.event(alert.to_dict())
+        for rule, count in session.suppressed.items():
+            out.info("%s: %d more matches held back (rate limit or fused)", rule, count)
+        out.lost(session.lost)
+
+
+@detect.command(epilog=EXAMPLES)
+@click.argument("files", nargs=-1, required=True, type=click.Path())
+@click.option("--no-builtin", "builtin", is_flag=True, default=True, flag_value=False,
+              help="Check FILES alone, not after the built-in rules.")
+@tool_options
+def check(files, builtin):
+    """Validate rule FILES (after the built-in rules, which they may extend); nothing is
+    loaded. An error names the file and line, and exits 2."""
+    from .session import Config, load_ruleset
+
+    out = Output.from_context()
+    ruleset = load_ruleset(build_config(Config, rules=tuple(files), builtin=builtin))
+    mine = [r for r in ruleset.rules.values() if r.source in files]
+    out.document({"valid": True, "files": list(files), "rules": len(mine), "enabled": len(ruleset.enabled()),
+                  "lists": len(ruleset.lists), "macros": len(ruleset.macros)})
+    out.banner(f"{', '.join(files)}: valid ({len(mine)} rules of their own; {len(ruleset.enabled())} enabled "
+               f"in all)")
+
+
+@detect.command(epilog=EXAMPLES)
+@rules_option
+@tool_options
+def rules(rules, builtin):
+    """List the rules `detect run` would use: name, priority, ATT&CK techniques, enabled."""
+    from .session import Config, load_ruleset
+
+    out = Output.from_context()
+    ruleset = load_ruleset(build_config(Config, rules=tuple(rules), builtin=builtin))
+    rows = [{"rule": r.name, "priority": r.priority, "techniques": list(r.techniques), "enabled": r.enabled,
+             "action": r.action, "source": f"{r.source}:{r.line}"} for r in ruleset.rules.values()]
+    columns = [Column("RULE", key="rule", align="left"), Column("PRIORITY", key="priority", align="left"),
+               Column("TECHNIQUES", key="techniques", align="left", format=lambda t: ", ".join(t)),
+               Column("ENABLED", key="enabled"), Column("ACTION", key="action", align="left")]
+    out.document({"rules": rows}, ResultTable(columns, rows, title="detect rules"))

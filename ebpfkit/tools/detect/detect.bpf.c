@@ -1,0 +1,317 @@
+// SPDX-License-Identifier: GPL-2.0
+/* detect's events: process, network and fd events for the rule engine (session.py), with what
+ * the rules need of the process read here, where it cannot have changed yet: its stdio (what
+ * fds 0-2 are), its ancestors, its cgroup. Tracepoints only: kprobes are not everywhere.
+ *
+ * Filtered here: connect() only for IPv4/IPv6 sockets, and duplications only of an IPv4/IPv6
+ * socket onto fd 0, 1 or 2 (a shell's everyday `> file` redirections never leave the kernel). */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_endian.h>
+#include "ebpfkit.h"
+#include "detect.h"
+
+#define S_IFMT 0170000
+#define S_IFSOCK 0140000
+#define S_IFIFO 0010000
+#define S_IFCHR 0020000
+#define AF_UNIX 1
+#define AF_INET 2
+#define AF_INET6 10
+#define F_DUPFD 0
+#define F_DUPFD_CLOEXEC 1030
+
+EK_RINGBUF(events, 4 * 1024 * 1024);
+EK_EXPORT_TYPE(struct detect_event);
+
+/* The reader is woken only once this much is waiting: under load one wakeup serves many events
+ * (each is a context switch competing with the workload for a CPU); on a quiet system events
+ * wait for the reader's next poll, 100 ms at most. */
+#define WAKE_BYTES (64 * 1024)
+
+static __always_inline void submit(struct detect_event *ev)
+{
+	bpf_ringbuf_submit(ev, bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= WAKE_BYTES ? BPF_RB_FORCE_WAKEUP
+											   : BPF_RB_NO_WAKEUP);
+}
+
+/* What the rules can match (prefilter.py works it out): an event no rule needs is not built. */
+const volatile bool want_exec = true;
+const volatile bool want_dup = true;
+const volatile bool want_connect = true;
+const volatile bool connect_any = true;   /* else only on fd <= connect_fd_max, or by a comm in connect_comms */
+const volatile int connect_fd_max = -1;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__type(key, char[16]);
+	__type(value, __u8);
+} connect_comms SEC(".maps");
+
+/* A dup() or fcntl(F_DUPFD) of a socket, between its syscall's entry and exit (where the new
+ * fd is known). */
+struct pending_dup {
+	__u64 ino;
+	__s32 oldfd;
+	__u32 call;
+	__u8 kind;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32); /* tid */
+	__type(value, struct pending_dup);
+} pending_dups SEC(".maps");
+
+static __always_inline bool is_inet(__u8 kind)
+{
+	return kind == FDK_INET || kind == FDK_INET6;
+}
+
+/* What fd ``fd`` of ``task`` is; a socket's inode number into ``*ino``. */
+static __always_inline __u8 fd_kind_ino(struct task_struct *task, int fd, __u64 *ino)
+{
+	struct files_struct *files = BPF_CORE_READ(task, files);
+	struct file **fds, *f = NULL;
+	struct fdtable *fdt;
+	struct socket *sock;
+	__u16 family;
+	umode_t mode;
+
+	if (!files || fd < 0)
+		return FDK_NONE;
+	fdt = BPF_CORE_READ(files, fdt);
+	if (!fdt || (unsigned int)fd >= BPF_CORE_READ(fdt, max_fds))
+		return FDK_NONE;
+	fds = BPF_CORE_READ(fdt, fd);
+	if (!fds || bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]) || !f)
+		return FDK_NONE;
+	mode = BPF_CORE_READ(f, f_inode, i_mode);
+	switch (mode & S_IFMT) {
+	case S_IFSOCK:
+		*ino = BPF_CORE_READ(f, f_inode, i_ino);
+		sock = BPF_CORE_READ(f, private_data);
+		family = sock ? BPF_CORE_READ(sock, sk, __sk_common.skc_family) : 0;
+		if (family == AF_INET)
+			return FDK_INET;
+		if (family == AF_INET6)
+			return FDK_INET6;
+		return family == AF_UNIX ? FDK_UNIX : FDK_SOCKET;
+	case S_IFIFO:
+		return FDK_PIPE;
+	case S_IFCHR:
+		return FDK_CHAR;
+	default:
+		return FDK_FILE;
+	}
+}
+
+static __always_inline __u8 fd_kind(struct task_struct *task, int fd)
+{
+	__u64 ino;
+
+	return fd_kind_ino(task, fd, &ino);
+}
+
+/* A zeroed event with who did it: the task, its stdio, its ancestors and cgroup. */
+static __always_inline struct detect_event *new_event(__u32 kind)
+{
+	struct task_struct *task = (void *)bpf_get_current_task(), *parent;
+	struct detect_event *ev = ek_ringbuf_reserve(events, sizeof(*ev));
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 n = 0;
+
+	if (!ev)
+		return NULL;
+	__builtin_memset(ev, 0, sizeof(*ev));
+	ev->ts = bpf_ktime_get_ns();
+	ev->kind = kind;
+	ev->pid = (__u32)id;
+	ev->tgid = id >> 32;
+	ev->uid = (__u32)bpf_get_current_uid_gid();
+	ev->cgroup_id = bpf_get_current_cgroup_id();
+	bpf_get_current_comm(ev->comm, sizeof(ev->comm));
+	for (int fd = 0; fd < 3; fd++) {
+		__u64 ino = 0;
+
+		ev->stdio[fd] = fd_kind_ino(task, fd, &ino);
+		if (is_inet(ev->stdio[fd]) && !ev->socket_ino)
+			ev->socket_ino = ino;
+	}
+	parent = BPF_CORE_READ(task, real_parent);
+	for (int i = 0; i < DETECT_ANCESTORS; i++) {
+		__u32 pid;
+
+		if (!parent)
+			break;
+		pid = BPF_CORE_READ(parent, tgid);
+		if (!pid)
+			break;
+		ev->ancestors[i].pid = pid;
+		BPF_CORE_READ_INTO(&ev->ancestors[i].comm, parent, comm);
+		n = i + 1;
+		if (pid == 1)
+			break;
+		parent = BPF_CORE_READ(parent, real_parent);
+	}
+	ev->nancestors = n;
+	return ev;
+}
+
+SEC("raw_tp/sched_process_exec")
+int BPF_PROG(detect_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
+{
+	struct detect_event *ev;
+	struct mm_struct *mm;
+	unsigned long start, end, len;
+	struct inode *inode;
+
+	if (!want_exec || !(ev = new_event(DK_EXEC)))
+		return 0;
+	bpf_probe_read_kernel_str(ev->path, sizeof(ev->path), BPF_CORE_READ(bprm, filename));
+	inode = BPF_CORE_READ(bprm, file, f_inode);
+	ev->exe_ino = BPF_CORE_READ(inode, i_ino);
+	ev->exe_dev = BPF_CORE_READ(inode, i_sb, s_dev);
+	mm = BPF_CORE_READ(p, mm);
+	start = BPF_CORE_READ(mm, arg_start);
+	end = BPF_CORE_READ(mm, arg_end);
+	len = end > start ? end - start : 0;
+	if (len > DETECT_ARGS_LEN - 1)
+		len = DETECT_ARGS_LEN - 1;
+	len &= DETECT_ARGS_LEN - 1;
+	if (len && !bpf_probe_read_user(ev->args, len, (void *)start))
+		ev->args_len = len;
+	submit(ev);
+	return 0;
+}
+
+SEC("tp/syscalls/sys_enter_connect")
+int detect_connect(struct trace_event_raw_sys_enter *ctx)
+{
+	struct detect_event *ev;
+	const void *uaddr = (const void *)ctx->args[1];
+	__u16 family = 0, port = 0;
+	char comm[16] = {};
+
+	if (!want_connect)
+		return 0;
+	if (!connect_any && (int)ctx->args[0] > connect_fd_max) {
+		bpf_get_current_comm(comm, sizeof(comm));
+		if (!bpf_map_lookup_elem(&connect_comms, comm))
+			return 0;
+	}
+	if (bpf_probe_read_user(&family, sizeof(family), uaddr) || (family != AF_INET && family != AF_INET6))
+		return 0;
+	ev = new_event(DK_CONNECT);
+	if (!ev)
+		return 0;
+	ev->fd = (int)ctx->args[0];
+	ev->fd_kind = fd_kind_ino((void *)bpf_get_current_task(), ev->fd, &ev->socket_ino);
+	ev->family = family;
+	bpf_probe_read_user(&port, sizeof(port), uaddr + 2);
+	ev->port = bpf_ntohs(port);
+	/* sockaddr_in: the address 4 bytes in; sockaddr_in6: 8 (after sin6_flowinfo) */
+	bpf_probe_read_user(ev->addr, family == AF_INET ? 4 : 16, uaddr + (family == AF_INET ? 4 : 8));
+	submit(ev);
+	return 0;
+}
+
+static __always_inline int emit_dup(__s32 oldfd, __s32 newfd, __u32 call, __u8 kind, __u64 ino)
+{
+	struct detect_event *ev = new_event(DK_DUP);
+
+	if (!ev)
+		return 0;
+	ev->socket_ino = ino;
+	ev->fd = newfd;
+	ev->oldfd = oldfd;
+	ev->call = call;
+	ev->fd_kind = kind;
+	submit(ev);
+	return 0;
+}
+
+/* dup2/dup3 name the new fd: decided at entry. */
+static __always_inline int dup_to(__s32 oldfd, __s32 newfd, __u32 call)
+{
+	__u64 ino = 0;
+	__u8 kind;
+
+	if (!want_dup || newfd < 0 || newfd > 2 || oldfd == newfd)
+		return 0;
+	kind = fd_kind_ino((void *)bpf_get_current_task(), oldfd, &ino);
+	return is_inet(kind) ? emit_dup(oldfd, newfd, call, kind, ino) : 0;
+}
+
+SEC("tp/syscalls/sys_enter_dup2")
+int detect_dup2(struct trace_event_raw_sys_enter *ctx)
+{
+	return dup_to((int)ctx->args[0], (int)ctx->args[1], DUP_DUP2);
+}
+
+SEC("tp/syscalls/sys_enter_dup3")
+int detect_dup3(struct trace_event_raw_sys_enter *ctx)
+{
+	return dup_to((int)ctx->args[0], (int)ctx->args[1], DUP_DUP3);
+}
+
+/* dup and fcntl(F_DUPFD) take the lowest free fd: known at exit. */
+static __always_inline int remember_dup(__s32 oldfd, __u32 call)
+{
+	struct pending_dup pending = {.oldfd = oldfd, .call = call};
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+
+	if (!want_dup)
+		return 0;
+	pending.kind = fd_kind_ino((void *)bpf_get_current_task(), oldfd, &pending.ino);
+	if (is_inet(pending.kind))
+		bpf_map_update_elem(&pending_dups, &tid, &pending, BPF_ANY);
+	return 0;
+}
+
+static __always_inline int dup_done(long ret)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct pending_dup *pending = bpf_map_lookup_elem(&pending_dups, &tid);
+	struct pending_dup copy;
+
+	if (!pending)
+		return 0;
+	copy = *pending;
+	bpf_map_delete_elem(&pending_dups, &tid);
+	return ret >= 0 && ret <= 2 ? emit_dup(copy.oldfd, (__s32)ret, copy.call, copy.kind, copy.ino) : 0;
+}
+
+SEC("tp/syscalls/sys_enter_dup")
+int detect_dup(struct trace_event_raw_sys_enter *ctx)
+{
+	return remember_dup((int)ctx->args[0], DUP_DUP);
+}
+
+SEC("tp/syscalls/sys_exit_dup")
+int detect_dup_exit(struct trace_event_raw_sys_exit *ctx)
+{
+	return dup_done(ctx->ret);
+}
+
+SEC("tp/syscalls/sys_enter_fcntl")
+int detect_fcntl(struct trace_event_raw_sys_enter *ctx)
+{
+	long cmd = ctx->args[1];
+
+	if ((cmd != F_DUPFD && cmd != F_DUPFD_CLOEXEC) || ctx->args[2] > 2)
+		return 0;
+	return remember_dup((int)ctx->args[0], DUP_FCNTL);
+}
+
+SEC("tp/syscalls/sys_exit_fcntl")
+int detect_fcntl_exit(struct trace_event_raw_sys_exit *ctx)
+{
+	return dup_done(ctx->ret);
+}
+
+char LICENSE[] SEC("license") = "GPL";

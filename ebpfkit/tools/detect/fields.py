@@ -1,0 +1,174 @@
+"""The fields detect's rules can use, and an event's values for them.
+
+Names follow Falco's where Falco has the field (``proc.name``, ``proc.aname[2]``, ``fd.rip``);
+ebpfkit's own say what Falco spreads over several events (``proc.stdin.type``: what fd 0 was
+when it happened). Values are computed when a rule reads them: most events are decided by
+``evt.type`` alone.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from collections.abc import Mapping
+
+from ...policy.condition import FieldSpec
+
+EXEC, CONNECT, DUP = 1, 2, 3  # detect.h's enum detect_kind
+FD_KINDS = ("none", "file", "ipv4", "ipv6", "unix", "socket", "pipe", "char")  # enum detect_fd_kind
+DUP_CALLS = {1: "dup", 2: "dup2", 3: "dup3", 4: "fcntl"}                      # enum detect_dup_call
+ANCESTORS = 4                                                                 # DETECT_ANCESTORS
+
+S = FieldSpec
+FIELDS: dict[str, FieldSpec] = {
+    "evt.type": S("str", doc="execve, connect, or the call that put a socket on fd 0-2: dup, dup2, dup3, fcntl"),
+    "evt.time": S("int", doc="when, ns since the epoch"),
+    "proc.pid": S("int", doc="the process (thread group) id"),
+    "thread.tid": S("int", doc="the thread id"),
+    "proc.name": S("str", doc="the command name (comm)"),
+    "proc.exepath": S("str", doc="the executable's path"),
+    "proc.cmdline": S("str", doc="the name and arguments, space-separated"),
+    "proc.args": S("str", doc="the arguments after the name, space-separated"),
+    "proc.argv": S("strs", doc="the arguments after the name, a list (for intersects)"),
+    "proc.ppid": S("int", doc="the parent's pid"),
+    "proc.pname": S("str", doc="the parent's name"),
+    "proc.aname": S("str", indexed=True, doc=f"the name of ancestor N (1: the parent, up to {ANCESTORS})"),
+    "proc.apid": S("int", indexed=True, doc="the pid of ancestor N"),
+    "proc.anames": S("strs", doc="the ancestors' names, parent first"),
+    "proc.stdin.type": S("str", doc="what fd 0 is: " + ", ".join(FD_KINDS)),
+    "proc.stdout.type": S("str", doc="what fd 1 is"),
+    "proc.stderr.type": S("str", doc="what fd 2 is"),
+    "user.uid": S("int", doc="the user id"),
+    "container.id": S("str", doc="the container's short id, or host"),
+    "fd.num": S("int", doc="connect: the socket's fd; dup: the fd it was put on (0-2)"),
+    "fd.oldnum": S("int", doc="dup: the fd duplicated"),
+    "fd.type": S("str", doc="connect/dup: the kind of the socket (" + ", ".join(FD_KINDS) + ")"),
+    "fd.rip": S("str", doc="connect: the remote address"),
+    "fd.rport": S("int", doc="connect: the remote port"),
+    "fd.name": S("str", doc="connect: address:port"),
+    "socket.ino": S("int", doc="the network socket involved, by inode: connect's, the one duplicated, or the "
+                               "first on the process's stdio (shared by every process it was passed to)"),
+}
+
+
+class EventFields(Mapping):
+    """One decoded detect_event as rule fields. ``containers`` maps a cgroup id to its
+    container's short id (or "host"); ``processes`` remembers what exec events said of a
+    process (its path and arguments) for the events that follow."""
+
+    def __init__(self, event, wall_ns: int, containers, processes: dict):
+        self.event, self.wall_ns = event, wall_ns
+        self._containers, self._processes = containers, processes
+        self._cache: dict[str, object] = {}
+
+    def __getitem__(self, name: str):
+        value = self.get(name)
+        if value is None:
+            raise KeyError(name)
+        return value
+
+    def get(self, name, default=None):
+        try:
+            value = self._cache[name]
+        except KeyError:
+            value = self._cache[name] = self._value(name)
+        return default if value is None else value
+
+    def __iter__(self):
+        return iter(n for n in self.names() if self.get(n) is not None)
+
+    def __len__(self):
+        return sum(1 for _ in self)
+
+    def names(self) -> list[str]:
+        """Every field this event may have (indexed ones at each index)."""
+        plain = [n for n, spec in FIELDS.items() if not spec.indexed]
+        indexed = [f"{n}[{i}]" for n, spec in FIELDS.items() if spec.indexed for i in range(1, ANCESTORS + 1)]
+        return plain + indexed
+
+    def _value(self, name: str):
+        ev = self.event
+        base, _, index = name.partition("[")
+        if index:
+            i = int(index.rstrip("]"))
+            if not 1 <= i <= ev.nancestors:
+                return None
+            ancestor = ev.ancestors[i - 1]
+            return ancestor.comm if base == "proc.aname" else ancestor.pid if base == "proc.apid" else None
+        getter = _GETTERS.get(name)
+        return getter(self) if getter else None
+
+    # what an exec said of this process, for later events
+    def process(self) -> dict:
+        ev = self.event
+        if ev.kind == EXEC:
+            argv = bytes(ev.args[:ev.args_len]).rstrip(b"\0").split(b"\0")
+            info = {"exepath": ev.path, "args": [a.decode(errors="replace") for a in argv[1:]]}
+            self._processes[ev.tgid] = info
+            return info
+        return self._processes.get(ev.tgid) or _from_proc(ev.tgid)
+
+
+def _from_proc(pid: int) -> dict:
+    """A process that exec'd before detect started: what /proc still says of it."""
+    try:
+        exepath = os.readlink(f"/proc/{pid}/exe")
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().rstrip(b"\0").split(b"\0")
+    except OSError:
+        return {}
+    return {"exepath": exepath, "args": [a.decode(errors="replace") for a in argv[1:]]}
+
+
+def _evt_type(f: EventFields):
+    ev = f.event
+    return {EXEC: "execve", CONNECT: "connect"}.get(ev.kind) or DUP_CALLS.get(ev.call, "dup")
+
+
+def _address(ev) -> str | None:
+    if ev.kind != CONNECT:
+        return None
+    raw = bytes(ev.addr)
+    return str(ipaddress.IPv4Address(raw[:4]) if ev.family == 2 else ipaddress.IPv6Address(raw))
+
+
+def _args(f: EventFields):
+    args = f.process().get("args")
+    return None if args is None else " ".join(args)
+
+
+def _cmdline(f: EventFields):
+    args = _args(f)
+    return f.event.comm if not args else f"{f.event.comm} {args}"
+
+
+def _fd(f: EventFields, value):
+    return value if f.event.kind in (CONNECT, DUP) else None
+
+
+_GETTERS = {
+    "evt.type": _evt_type,
+    "evt.time": lambda f: f.wall_ns,
+    "proc.pid": lambda f: f.event.tgid,
+    "thread.tid": lambda f: f.event.pid,
+    "proc.name": lambda f: f.event.comm,
+    "proc.exepath": lambda f: f.process().get("exepath"),
+    "proc.cmdline": _cmdline,
+    "proc.args": _args,
+    "proc.argv": lambda f: f.process().get("args"),
+    "proc.ppid": lambda f: f.event.ancestors[0].pid if f.event.nancestors else None,
+    "proc.pname": lambda f: f.event.ancestors[0].comm if f.event.nancestors else None,
+    "proc.anames": lambda f: [a.comm for a in f.event.ancestors[:f.event.nancestors]],
+    "proc.stdin.type": lambda f: FD_KINDS[f.event.stdio[0]],
+    "proc.stdout.type": lambda f: FD_KINDS[f.event.stdio[1]],
+    "proc.stderr.type": lambda f: FD_KINDS[f.event.stdio[2]],
+    "user.uid": lambda f: f.event.uid,
+    "container.id": lambda f: f._containers(f.event.cgroup_id),
+    "fd.num": lambda f: _fd(f, f.event.fd),
+    "fd.oldnum": lambda f: f.event.oldfd if f.event.kind == DUP else None,
+    "fd.type": lambda f: _fd(f, FD_KINDS[f.event.fd_kind]),
+    "fd.rip": lambda f: _address(f.event),
+    "fd.rport": lambda f: f.event.port if f.event.kind == CONNECT else None,
+    "fd.name": lambda f: f"{_address(f.event)}:{f.event.port}" if f.event.kind == CONNECT else None,
+    "socket.ino": lambda f: f.event.socket_ino or None,
+}

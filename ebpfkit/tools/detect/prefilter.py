@@ -1,0 +1,75 @@
+"""What the kernel may drop: for each kind of event, a condition every rule that can match
+such an event needs, in terms the BPF program checks before it builds the event.
+
+The rules are read as they are: a sound over-approximation of what they can match, per kind,
+in a small language: nothing (no rule can match), anything, or "fd.num <= N or proc.name in
+{...}" (fd.num and proc.name are what the program knows at a syscall's entry without reading
+more). And keeps the condition of one of its parts, Or joins its parts', Not and every other
+check keep anything. A rule file that matches connect() only on fd 0-2 or from shells thus
+spares the kernel building an event for every other connect().
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...policy.condition import And, Check, Node, Not, Or
+
+COMM_LEN = 15  # a task's comm: 16 bytes with the NUL; proc.name is that
+
+
+@dataclass(frozen=True)
+class Need:
+    """What an event must satisfy to matter: ``never``; ``anything``; else fd.num <= fd_max
+    (-1: no fd is enough) or proc.name in comms."""
+
+    never: bool = False
+    anything: bool = False
+    fd_max: int = -1
+    comms: frozenset = frozenset()
+
+
+NEVER, ANYTHING = Need(never=True), Need(anything=True)
+KINDS = {"execve": {"execve"}, "connect": {"connect"}, "dup": {"dup", "dup2", "dup3", "fcntl"}}
+
+
+def need(node: Node, types: set[str]) -> Need:
+    """What ``node`` needs of an event whose evt.type is one of ``types``."""
+    if isinstance(node, Check):
+        return _check(node, types)
+    if isinstance(node, And):
+        parts = [need(c, types) for c in node.children]
+        if any(p.never for p in parts):
+            return NEVER
+        return next((p for p in parts if not p.anything), ANYTHING)
+    if isinstance(node, Or):
+        parts = [p for p in (need(c, types) for c in node.children) if not p.never]
+        if not parts:
+            return NEVER
+        if any(p.anything for p in parts):
+            return ANYTHING
+        return Need(fd_max=max(p.fd_max for p in parts), comms=frozenset().union(*(p.comms for p in parts)))
+    if isinstance(node, Not):
+        return ANYTHING
+    return ANYTHING
+
+
+def _check(check: Check, types: set[str]) -> Need:
+    values = check.value if isinstance(check.value, tuple) else (check.value,)
+    if check.field == "evt.type":
+        if check.op in ("=", "=="):
+            return ANYTHING if check.value in types else NEVER
+        if check.op == "in":
+            return ANYTHING if types & set(values) else NEVER
+        return ANYTHING
+    if check.field == "fd.num" and check.op in ("<=", "<", "=", "==", "in"):
+        limit = max(values) - (1 if check.op == "<" else 0)
+        return Need(fd_max=limit)
+    if check.field == "proc.name" and check.op in ("=", "==", "in"):
+        return Need(comms=frozenset(str(v)[:COMM_LEN] for v in values))
+    return ANYTHING
+
+
+def for_kind(rules, kind: str) -> Need:
+    """What an event of ``kind`` (a key of KINDS) needs for any enabled rule to match it."""
+    return need(Or(tuple(r.condition for r in rules if r.enabled)), KINDS[kind])

