@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -179,6 +180,62 @@ def test_each_reverse_shell_raises_one_alert_within_a_second(session, listener, 
     alert = ours[0]
     assert alert.techniques == (("T1059.004",) if rule == REVERSE_SHELL else ("T1059",))
     assert alert.priority == ("CRITICAL" if rule == REVERSE_SHELL else "WARNING")
+
+
+@pytest.fixture(scope="module")
+def named(tmp_path_factory):
+    """named(NAME, like="/bin/true"): a copy of a program under another name (the kernel's comm
+    of its process is that name), for rules that go by the program's name."""
+    d = tmp_path_factory.mktemp("named")
+
+    def make(name: str, like: str = "/bin/true") -> str:
+        path = d / name
+        if not path.exists():
+            shutil.copy(like, path)
+        return str(path)
+    return make
+
+
+def command_lines(named) -> dict[str, tuple[list[str], str]]:
+    """name -> (argv, the rule it must raise); run from a shell that does not exec in place."""
+    def shell(line: str) -> list[str]:
+        return ["bash", "-c", f"{line}; true"]
+    return {
+        "base64 payload": (["bash", "-c", "echo dHJ1ZQo= | base64 -d | sh"], "Decoded payload run by a shell"),
+        "history cleared": (["bash", "-c", "history -c; unset HISTFILE"], "Shell history cleared"),
+        "mining pool": (["sh", "-c", "true --url stratum+tcp://pool.invalid:3333"], "Mining pool in a command line"),
+        "inline python socket": ([sys.executable, "-c", "import socket; socket.socket().close()"],
+                                 "Interpreter runs inline network code"),
+        "shell under mysqld": ([named("mysqld", "/bin/bash"), "-c", "sh -c true; true"], "Shell under a database server"),
+        "shell under nginx": ([named("nginx", "/bin/bash"), "-c", "sh -c true; true"], "Shell under a web server"),
+        "modprobe from a shell": (shell(f"{named('modprobe')} -n dummy"), "Kernel module loaded from a shell"),
+        "crontab edit": (shell(f"{named('crontab')} -e"), "Scheduled task changed"),
+        "useradd": (shell(f"{named('useradd')} mallory"), "User account changed"),
+        "auditd stopped": (shell(f"{named('systemctl')} stop auditd"), "Security service stopped"),
+        "logs removed": (["rm", "-f", "/var/log/ebpfkit-test-no-such-file"], "System logs removed"),
+        "program in /dev/shm": (["sh", "-c", "cp /bin/true /dev/shm/ebpfkit-test-true && "
+                                 "/dev/shm/ebpfkit-test-true; rm -f /dev/shm/ebpfkit-test-true"],
+                                "Program run from shared memory"),
+    }
+
+
+@pytest.mark.parametrize("name", ["base64 payload", "history cleared", "mining pool", "inline python socket",
+                                  "shell under mysqld", "shell under nginx", "modprobe from a shell", "crontab edit",
+                                  "useradd", "auditd stopped", "logs removed", "program in /dev/shm"])
+def test_each_command_line_rule_raises_its_alert(session, named, name):
+    argv, rule = command_lines(named)[name]
+    _collect(session, 0.3)
+    proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    alerts = _collect(session, 0.5)
+    assert [a.rule for a in alerts].count(rule) == 1, (name, [(a.rule, a.output) for a in alerts])
+    assert all(a.techniques for a in alerts)
+
+
+def test_listing_crontab_is_no_change(session, named):
+    _collect(session, 0.3)
+    subprocess.run(["bash", "-c", f"{named('crontab')} -l; true"], check=True)
+    assert [a.rule for a in _collect(session, 0.5) if a.rule == "Scheduled task changed"] == []
 
 
 def test_benign_network_programs_raise_nothing(session, tmp_path):
