@@ -7,7 +7,9 @@ process in its own session, connected to this one by a SOCK_SEQPACKET socketpair
 filter is registered with it (the network namespace as an fd passed with SCM_RIGHTS, the
 ifindex, attach point, handle, priority and program id) and unregistered by a clean detach.
 When the socket reads end-of-file, the parent is gone, however it died: the reaper removes
-every filter still registered, where the filter still runs the same program, and exits.
+every filter still registered, where the filter still runs the same program, and exits. It
+also exits when the last filter is unregistered: no process lingers while nothing needs it
+(the next clsact attach starts another).
 
 Run as ``python -m ebpfkit.engine.reaper FD``; it imports only ctypes and libbpf.
 """
@@ -27,6 +29,7 @@ _lock = threading.Lock()
 _sock: socket.socket | None = None
 _child: subprocess.Popen | None = None
 _owner_pid = 0
+_live: set[int] = set()   # keys registered and not yet unregistered
 _keys = itertools.count(1)
 _MAX_MESSAGE = 4096
 
@@ -43,7 +46,10 @@ def _connection() -> socket.socket:
         finally:
             theirs.close()
         ours.set_inheritable(False)
+        if _sock is not None and not _child_pid_changed():
+            _sock.close()  # a reaper that died: what it held is not held any more
         _sock, _owner_pid = ours, os.getpid()
+        _live.clear()
     return _sock
 
 
@@ -60,16 +66,28 @@ def register(netns_fd: int, ifindex: int, attach_point: int, handle: int, priori
         message = {"op": "add", "key": key, "ifindex": ifindex, "point": attach_point,
                    "handle": handle, "priority": priority, "prog_id": prog_id}
         socket.send_fds(_connection(), [json.dumps(message).encode()], [netns_fd])
+        _live.add(key)
         return key
 
 
 def unregister(key: int) -> None:
+    global _sock, _child
     with _lock:
-        if _sock is not None and not _child_pid_changed():
+        if _sock is None or _child_pid_changed() or key not in _live:
+            return
+        _live.discard(key)
+        try:
+            _sock.send(json.dumps({"op": "del", "key": key}).encode())
+        except OSError:
+            pass  # the reaper is gone: nothing left to tell it
+        if not _live:  # it exits with its registry empty: collect it
+            _sock.close()
             try:
-                _sock.send(json.dumps({"op": "del", "key": key}).encode())
-            except OSError:
-                pass  # the reaper is gone: nothing left to tell it
+                _child.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                _child.kill()
+                _child.wait()
+            _sock, _child = None, None
 
 
 # --- the reaper process ---------------------------------------------------------------
@@ -110,6 +128,8 @@ def serve(fd: int) -> None:
             entry = registry.pop(message["key"], None)
             if entry:
                 os.close(entry[1])
+            if not registry:
+                return  # nothing left to guard: the owner starts another when it needs one
     for entry, netns_fd in registry.values():
         try:
             _remove(entry, netns_fd)
