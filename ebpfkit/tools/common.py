@@ -67,7 +67,9 @@ def intervals(interval: float | None, count: int | None, started=None):
 
     Without an interval, wait for Ctrl-C and yield once, so a tool prints a final summary.
     ``started()`` is called once Ctrl-C is handled (a banner saying to press it goes there:
-    a Ctrl-C right after it still ends the loop cleanly).
+    a Ctrl-C right after it still ends the loop cleanly). A Ctrl-C while the caller's body
+    runs (a sample being read, symbolized, printed) ends the loop once that body is done,
+    as one during the sleep does; a second one aborts the body.
     """
     if interval is None:
         try:
@@ -80,13 +82,51 @@ def intervals(interval: float | None, count: int | None, started=None):
         return
     done = 0
     deadline = time.monotonic()
+    with _ctrl_c_between_iterations() as ctrl_c:
+        try:
+            if started:
+                started()
+            while count is None or done < count:
+                deadline += interval
+                time.sleep(max(0.0, deadline - time.monotonic()))
+                done += 1
+                ctrl_c.in_body = True
+                yield
+                ctrl_c.in_body = False
+                if ctrl_c.pressed:
+                    return
+        except KeyboardInterrupt:
+            return
+
+
+class _CtrlC:
+    """SIGINT's handler around an interval loop: KeyboardInterrupt, except the first one
+    while the loop's body runs, which is only noted (the loop ends after the body)."""
+
+    def __init__(self):
+        self.in_body = False
+        self.pressed = False
+
+    def __call__(self, signum, frame):
+        if self.in_body and not self.pressed:
+            self.pressed = True
+            return
+        raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def _ctrl_c_between_iterations():
+    import signal
+    import threading
+
+    ctrl_c = _CtrlC()
+    # only over Python's own Ctrl-C handling, and only where signal handlers can be set
+    ours = (threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+    if ours:
+        signal.signal(signal.SIGINT, ctrl_c)
     try:
-        if started:
-            started()
-        while count is None or done < count:
-            deadline += interval
-            time.sleep(max(0.0, deadline - time.monotonic()))
-            done += 1
-            yield
-    except KeyboardInterrupt:
-        return
+        yield ctrl_c
+    finally:
+        if ours:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
