@@ -280,8 +280,9 @@ class RunningTool:
     is out, so it is tracing. ``stop(sig)`` ends it and returns its stdout; ``kill()`` is the
     cleanup a test's ``finally`` calls."""
 
-    def __init__(self, *args: str):
+    def __init__(self, *args: str, startup_timeout: float = 240.0):
         import os
+        import signal
         import subprocess
         import sys
 
@@ -290,13 +291,31 @@ class RunningTool:
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.pid = self.proc.pid
         self.banner = ""
-        for line in self.proc.stderr:
-            self.banner += line
-            if "Hit Ctrl-C" in line:
-                return
-        self.stop()
-        raise AssertionError(f"`ebpfkit {' '.join(args)}` did not start "
+        if self._wait_for_banner(startup_timeout):
+            return
+        self.stop(signal.SIGKILL if self.proc.poll() is None else None)
+        raise AssertionError(f"`ebpfkit {' '.join(args)}` did not start within {startup_timeout:g} s "
                              f"(exit {self.proc.returncode}): {self.stderr}")
+
+    def _wait_for_banner(self, timeout: float) -> bool:
+        """Read stderr until the banner, end-of-file or ``timeout``: whether the banner came.
+        Raw reads, bounded: a tool stuck while starting fails the test instead of hanging it."""
+        import os
+        import select
+        import time
+
+        fd, data = self.proc.stderr.fileno(), b""
+        deadline = time.monotonic() + timeout
+        try:
+            while b"Hit Ctrl-C" not in data:
+                ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+                chunk = os.read(fd, 65536) if ready else b""
+                if not chunk:
+                    return False
+                data += chunk
+            return True
+        finally:
+            self.banner = data.decode(errors="replace")
 
     def stop(self, sig=None) -> str:
         """Send ``sig`` (default SIGINT, Ctrl-C) and wait; its stdout. ``returncode`` and
@@ -316,9 +335,14 @@ class RunningTool:
         return self.stdout
 
     def kill(self) -> None:
+        import subprocess
+
         if self.proc.poll() is None:
             self.proc.kill()
-            self.proc.communicate()
+            try:
+                self.proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                pass  # a child holds its pipes open: the test already failed on what it saw
 
 
 def traced_while(work, *args: str):

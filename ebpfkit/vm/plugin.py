@@ -46,6 +46,9 @@ MARKER_HELP = ("vm(kernel=None, lsm=False, memory='2G', timeout=None): run the t
                "booted by ebpfkit (one boot per distinct kernel/lsm/memory); kernel=[...] runs it once per kernel")
 KERNEL_PARAM = "ebpfkit_vm_kernel"
 DEFAULT_TIMEOUT = 600.0
+# a guest test running this long has every thread's stack printed (even one stuck in C), so a
+# hang that ends in the VM's timeout says where it was
+GUEST_STACK_DUMP_AFTER = 240.0
 REPORT_OPTION = "--ebpfkit-vm-report"
 
 
@@ -294,7 +297,7 @@ class VMScheduler:
         config = self.config
         argv = [sys.executable, "-m", "pytest", *[i.nodeid for i in (items or group.items)],
                 "--rootdir", str(config.rootpath), "-p", "no:cacheprovider", "-q",
-                REPORT_OPTION, results_file]
+                "-o", f"faulthandler_timeout={GUEST_STACK_DUMP_AFTER:g}", REPORT_OPTION, results_file]
         if config.inipath:
             argv += ["-c", str(config.inipath)]
         name = config.pluginmanager.get_name(sys.modules[__name__])
@@ -331,14 +334,19 @@ class VMScheduler:
         if vm.status != "exited":
             running = results.started and results.started[-1] == item.nodeid
             where = "while this test ran" if running else "before this test ran"
-            return synthetic_reports(item, "failed", f"{where}: {vm.describe()}", before=got)
+            text = f"{where}: {vm.describe()}"
+            if running:  # where it hung: the stacks faulthandler printed (GUEST_STACK_DUMP_AFTER)
+                text += _output_tail(group, 80)
+            return synthetic_reports(item, "failed", text, before=got)
         text = f"the VM's pytest did not report this test (exit status {vm.exit_code})"
         if results.collect_errors:
             text += "\n--- collection errors in the guest ---\n" + "\n".join(results.collect_errors)
-        tail = group.output.decode(errors="replace").strip().splitlines()[-30:]
-        if tail:
-            text += "\n--- guest pytest output (last lines) ---\n" + "\n".join(tail)
-        return synthetic_reports(item, "failed", text, before=got)
+        return synthetic_reports(item, "failed", text + _output_tail(group, 30), before=got)
+
+
+def _output_tail(group: _Group, lines: int) -> str:
+    tail = group.output.decode(errors="replace").strip().splitlines()[-lines:]
+    return "\n--- guest pytest output (last lines) ---\n" + "\n".join(tail) if tail else ""
 
 
 def _keep_finished(results_file: str, finished: set) -> None:

@@ -116,4 +116,4 @@ def test_a_killed_server_leaves_nothing_attached(peer_netns, veth_pair):
 
 
 def tc_show(ns: str, *args: str) -> str:
-    return subprocess.run(["tc", "-n", ns, *args], check=True, capture_output=True, text=True).stdout
+    return subprocess.run(["tc", "-n", ns, *args], check=True, capture_output=True, text=True, timeout=60).stdout
