@@ -370,6 +370,13 @@ def mounted_tracefs() -> str | None:
     return None
 
 
+def have_tracepoint(category: str, name: str) -> bool:
+    """Whether tracepoint ``category:name`` exists here (``syscalls:sys_enter_open`` does on
+    x86_64, not on arm64, which never had open(2)); False when tracefs is not mounted."""
+    tracing = mounted_tracefs()
+    return bool(tracing) and os.path.isdir(os.path.join(tracing, "events", category, name))
+
+
 def _filesystem_known(fstype: str) -> bool:
     try:
         with open("/proc/filesystems") as f:

@@ -20,6 +20,9 @@ A file is a YAML list of items, each one of::
       action: alert            # ebpfkit: or kill (the process, from the kernel)
       fuse: proc.pid           # ebpfkit: one alert per value, gathering the events that match
       rate_limit: 20           # ebpfkit: alerts a second at most (default 20), the rest counted
+    - bait: finance canaries   # ebpfkit: files kept as canaries (RuleSet.baits); the caller
+      paths: [/srv/share/!0000-budget.xlsx]   # plants the missing ones (plant: false: adopts
+      plant: true                             # only files that exist)
 
 Falco's ``append: true`` extends a list, a macro or a rule's condition or exceptions defined
 earlier (in this file or one loaded before it), and ``- rule: NAME`` with only ``enabled:``
@@ -52,7 +55,9 @@ _KEYS = {
     "macro": {"macro", "condition", "append"},
     "rule": {"rule", "desc", "condition", "output", "priority", "tags", "exceptions", "enabled", "append",
              "action", "source", "warn_evttypes", "skip-if-unknown-filter", "fuse", "rate_limit"},
+    "bait": {"bait", "paths", "plant", "append"},
 }
+KINDS = tuple(_KEYS)
 _OUTPUT_FIELD = re.compile(r"%([a-z][a-z0-9_]*(?:\.[a-z0-9_]+)+(?:\[[^\]\s]+\])?)")
 
 
@@ -90,6 +95,17 @@ class Rule:
 
     def matches(self, event: Mapping) -> bool:
         return self.enabled and self.condition.match(event)
+
+
+@dataclass(frozen=True)
+class Bait:
+    """Canary files: nothing legitimate writes, renames or removes them (ransomware does)."""
+
+    name: str
+    paths: tuple[str, ...]     # absolute
+    plant: bool = True         # create the missing ones; False: only files that exist are kept
+    source: str = "<rules>"
+    line: int = 0
 
 
 @dataclass(frozen=True)
@@ -136,6 +152,7 @@ class RuleSet:
     macros: dict[str, tuple[str, _Where]] = field(default_factory=dict)   # name -> (condition text, where)
     definitions: dict[str, _RuleDef] = field(default_factory=dict)
     rules: dict[str, Rule] = field(default_factory=dict)                 # in the order defined
+    baits: dict[str, Bait] = field(default_factory=dict)
     fields: Mapping[str, FieldSpec] | None = None
 
     def enabled(self) -> list[Rule]:
@@ -183,17 +200,17 @@ class _Reader:
             if not isinstance(item, yaml.MappingNode):
                 raise self.error("each item is a mapping (- rule: NAME, - macro: NAME or - list: NAME)", item)
             keys = {self._key(k): (k, v) for k, v in item.value}
-            kind = next((k for k in ("rule", "macro", "list") if k in keys), None)
+            kind = next((k for k in KINDS if k in keys), None)
             if kind is None:
                 if any(k in keys for k in _IGNORED_ITEMS):
                     continue
-                raise self.error(f"an item must be a rule, a macro or a list; found {', '.join(keys) or 'nothing'}",
-                                 item)
+                raise self.error(f"an item must be a rule, a macro, a list or a bait; found "
+                                 f"{', '.join(keys) or 'nothing'}", item)
             unknown = sorted(set(keys) - _KEYS[kind])
             if unknown:
                 raise self.error(f"{kind} {self._scalar(keys[kind][1], kind)!r}: unknown key {unknown[0]!r} "
                                  f"(known: {', '.join(sorted(_KEYS[kind]))})", keys[unknown[0]][0])
-            {"list": self._list, "macro": self._macro, "rule": self._rule}[kind](
+            {"list": self._list, "macro": self._macro, "rule": self._rule, "bait": self._bait}[kind](
                 {k: v for k, (_, v) in keys.items()}, item)
 
     # --- values ---
@@ -254,6 +271,30 @@ class _Reader:
             before, where = self.ruleset.macros[name][0], self.ruleset.macros[name][1]
             condition = f"({before}) {condition}"
         self.ruleset.macros[name] = (condition, where)
+
+    def _bait(self, keys, item) -> None:
+        import os
+
+        name = self._scalar(keys["bait"], "bait")
+        if "paths" not in keys:
+            raise self.error(f"bait {name!r} has no paths", item)
+        paths = self._strings(keys["paths"], f"bait {name!r}'s paths")
+        for path in paths:
+            if not os.path.isabs(path) or path.endswith("/"):
+                raise self.error(f"bait {name!r}: {path!r} is not an absolute path of a file", keys["paths"])
+        plant = self._bool(keys["plant"], "plant") if "plant" in keys else True
+        baits = self.ruleset.baits
+        if self._appends(keys):
+            if name not in baits:
+                raise self.error(f"bait {name!r}: append: true, but no bait {name!r} comes before it", item)
+            before = baits[name]
+            baits[name] = Bait(name, tuple(dict.fromkeys(before.paths + paths)), before.plant, before.source,
+                               before.line)
+            return
+        if not paths:
+            raise self.error(f"bait {name!r} has no paths", keys["paths"])
+        where = self.at(item)
+        baits[name] = Bait(name, paths, plant, where.source, where.line or 0)
 
     def _rule(self, keys, item) -> None:
         name = self._scalar(keys["rule"], "rule")
@@ -436,4 +477,4 @@ def _quote(value: str) -> str:
     return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-__all__ = ["ACTIONS", "PRIORITIES", "FieldSpec", "Rule", "RuleSet", "load_rules", "parse_rules"]
+__all__ = ["ACTIONS", "PRIORITIES", "Bait", "FieldSpec", "Rule", "RuleSet", "load_rules", "parse_rules"]

@@ -1,11 +1,13 @@
-"""Files of processes, found from user space: the fallback when a BPF program could not
-resolve a file's path."""
+"""Files as the kernel names them, found from user space: the (device, inode) a BPF program
+sees behind a path, and the paths of a process's open files (the fallback when a BPF program
+could not resolve one)."""
 
 from __future__ import annotations
 
 import os
 
-from .devices import decode_user_dev
+from .devices import decode_user_dev, kernel_dev_of_stat
+from .mounts import Mount, MountTable
 
 
 def fd_paths(pid: int) -> dict[tuple[int, int, int], str]:
@@ -27,3 +29,32 @@ def fd_paths(pid: int) -> dict[tuple[int, int, int], str]:
         if target.startswith("/"):  # not "pipe:[..]", "socket:[..]", "anon_inode:..."
             found[(*decode_user_dev(st.st_dev), st.st_ino)] = target
     return found
+
+
+def _fdinfo(fd: int) -> dict:
+    with open(f"/proc/self/fdinfo/{fd}") as f:
+        return dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
+
+
+def inode_of(path: str, table: MountTable | None = None) -> tuple[tuple[int, int], Mount | None]:
+    """((s_dev, i_ino) of the inode the kernel reaches through ``path``, its mount).
+
+    What a BPF program reads from an inode (``i_sb->s_dev``, ``i_ino``), which stat() does not
+    always report (overlayfs gives a layer's or a pseudo device, btrfs a per-subvolume one):
+    the path is opened O_PATH and the kernel's view read back, the inode number from
+    /proc/self/fdinfo and the superblock's device from the mount's line in mountinfo."""
+    fd = os.open(path, os.O_PATH | os.O_CLOEXEC)  # no file_open hook, no read permission
+    try:
+        try:
+            info = _fdinfo(fd)
+            ino, mnt_id = int(info["ino"]), int(info["mnt_id"])
+        except (OSError, KeyError, ValueError):  # no /proc, or a kernel before 5.14
+            st = os.fstat(fd)
+            return (kernel_dev_of_stat(st.st_dev), st.st_ino), None
+        mount = (table or MountTable()).by_id(mnt_id)
+        if mount is None:
+            st = os.fstat(fd)
+            return (kernel_dev_of_stat(st.st_dev), ino), None
+        return (mount.kernel_dev, ino), mount
+    finally:
+        os.close(fd)

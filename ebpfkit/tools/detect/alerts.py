@@ -19,7 +19,8 @@ FUSE_WINDOW = 0.2        # seconds a fused group gathers events before its alert
 FUSED_KEYS_KEPT = 65536  # values of fused rules remembered (oldest forgotten first)
 EVENT_FIELDS = ("evt.type", "proc.pid", "thread.tid", "proc.name", "proc.exepath", "proc.cmdline", "proc.ppid",
                 "proc.pname", "user.uid", "proc.stdin.type", "proc.stdout.type", "proc.stderr.type",
-                "fd.num", "fd.oldnum", "fd.type", "fd.name", "socket.ino")
+                "fd.num", "fd.oldnum", "fd.type", "fd.name", "socket.ino", "bait.name", "evt.arg.path",
+                "evt.arg.newpath", "evt.killed")
 
 
 @dataclass(frozen=True)
@@ -76,11 +77,13 @@ class _Bucket:
 
 class Matcher:
     """``feed(event, now)``: the alerts this event raises now; ``due(now)``: fused alerts whose
-    window has ended. ``now`` is a monotonic time in seconds."""
+    window has ended. ``now`` is a monotonic time in seconds. ``actions``: each rule's action as
+    carried out (the kernel's kill, or an alert), where it differs from what the rule says."""
 
-    def __init__(self, rules, window: float = FUSE_WINDOW):
+    def __init__(self, rules, window: float = FUSE_WINDOW, actions: Mapping[str, str] | None = None):
         self.rules = [r for r in rules if r.enabled]
         self.window = window
+        self.actions = actions or {}
         self.suppressed: dict[str, int] = {}   # rule -> matches not raised (rate limit or fused)
         self._groups: dict[tuple[str, object], _Group] = {}
         self._fused: OrderedDict = OrderedDict()  # (rule, value) whose alert went out
@@ -93,7 +96,7 @@ class Matcher:
                 continue
             if rule.fuse is None:
                 if self._allowed(rule, now):
-                    raised.append(_alert(rule, event))
+                    raised.append(_alert(rule, event, self.actions.get(rule.name, rule.action)))
                 continue
             key = (rule.name, event.get(rule.fuse))
             group = self._groups.get(key)
@@ -116,7 +119,8 @@ class Matcher:
                 if len(self._fused) > FUSED_KEYS_KEPT:
                     self._fused.popitem(last=False)
                 if self._allowed(group.rule, now):
-                    out.append(replace(_alert(group.rule, group.first), signals=tuple(group.signals),
+                    action = self.actions.get(group.rule.name, group.rule.action)
+                    out.append(replace(_alert(group.rule, group.first, action), signals=tuple(group.signals),
                                        pids=tuple(group.pids)))
         return out
 
@@ -143,7 +147,7 @@ def _shown(rule) -> tuple[str, ...]:
     return _SHOWN[rule.name]
 
 
-def _alert(rule, event: Mapping) -> Alert:
+def _alert(rule, event: Mapping, action: str) -> Alert:
     fields = {name: value for name in _shown(rule) if (value := event.get(name)) is not None}
     tree = [(event.get("proc.pid"), event.get("proc.name"))]
     for i in range(1, 5):
@@ -151,6 +155,6 @@ def _alert(rule, event: Mapping) -> Alert:
             break
         tree.append((event.get(f"proc.apid[{i}]"), event.get(f"proc.aname[{i}]")))
     return Alert(time_ns=event.get("evt.time", 0), rule=rule.name, priority=rule.priority,
-                 techniques=rule.techniques, output=rule.render(event), action=rule.action,
+                 techniques=rule.techniques, output=rule.render(event), action=action,
                  pid=event.get("proc.pid", 0), container=event.get("container.id", "host"),
                  process_tree=tuple(tree), event=fields)

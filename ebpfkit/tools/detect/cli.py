@@ -9,12 +9,13 @@ import click
 
 from ...output import Column, Output, ResultTable, tool_options
 from ...output.values import clock_time
-from ..common import build_config
+from ..common import build_config, usage_errors
 
 EXAMPLES = """\b
 Examples:
   ebpfkit detect run                         the built-in rules, alerts as they come
-  ebpfkit detect run --rules local.yaml      and a file of your own (it may extend them)
+  ebpfkit detect run --rules local.yaml      and a file of your own (it may extend them, declare baits)
+  ebpfkit detect run --rules baits.yaml --action alert   report bait files touched, kill nothing
   ebpfkit --format json --log alerts.log detect run   JSON lines, and a rotating log
   ebpfkit detect check local.yaml            validate only (exit 2 with the line of an error)
   ebpfkit detect rules                       every rule, its priority and ATT&CK techniques
@@ -43,17 +44,30 @@ def detect():
 
 @detect.command(epilog=EXAMPLES)
 @rules_option
+@click.option("--action", type=click.Choice(["alert", "kill"]), default=None,
+              help="alert: kill nothing; kill: every rule on bait files kills from the kernel. Default: "
+                   "as each rule's action says.")
 @tool_options
-def run(rules, builtin):
-    """Match the kernel's events against the rules until Ctrl-C; each alert as it is raised."""
+def run(rules, builtin, action):
+    """Match the kernel's events against the rules until Ctrl-C; each alert as it is raised.
+    Bait files declared in the rules are planted (or adopted) first, and the planted ones
+    removed at the end."""
     from .session import open as open_session, Config
 
-    config = build_config(Config, rules=tuple(rules), builtin=builtin)
+    config = build_config(Config, rules=tuple(rules), builtin=builtin, action=action)
     out = Output.from_context()
     out.event_columns(*ALERT_COLUMNS, data_keys=["time", "rule", "priority", "techniques", "pid", "container",
                                                  "process_tree", "signals", "output", "event"])
-    with open_session(config) as session:
+    with usage_errors():  # a bait that cannot be planted
+        session = open_session(config)
+    with session:
         out.info("hook: %s", session.hook)
+        for warning in session.warnings:
+            out.warning("%s", warning)
+        if session.baits:
+            planted = sum(b.planted for b in session.baits)
+            out.info("baits: %d files (%d planted); %s", len(session.baits), planted,
+                     f"kill on {', '.join(sorted(session.killing))}" if session.killing else "alerts only")
         enabled = len(session.ruleset.enabled())
         try:
             out.banner(f"Detecting with {enabled} rules... Hit Ctrl-C to end.")

@@ -3,8 +3,10 @@
  * the rules need of the process read here, where it cannot have changed yet: its stdio (what
  * fds 0-2 are), its ancestors, its cgroup. Tracepoints only: kprobes are not everywhere.
  *
- * Filtered here: connect() only for IPv4/IPv6 sockets, and duplications only of an IPv4/IPv6
- * socket onto fd 0, 1 or 2 (a shell's everyday `> file` redirections never leave the kernel). */
+ * Filtered here: connect() only for IPv4/IPv6 sockets, duplications only of an IPv4/IPv6 socket
+ * onto fd 0, 1 or 2 (a shell's everyday `> file` redirections never leave the kernel), file
+ * calls only on bait files. Where the rules say a bait touched kills (bait_kill), the process is
+ * sent SIGKILL here, before the call returns to it. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
@@ -22,6 +24,9 @@
 #define AF_INET6 10
 #define F_DUPFD 0
 #define F_DUPFD_CLOEXEC 1030
+#define O_ACCMODE 00000003
+#define O_TRUNC 00001000
+#define SIGKILL 9
 
 EK_RINGBUF(events, 4 * 1024 * 1024);
 EK_EXPORT_TYPE(struct detect_event);
@@ -72,23 +77,33 @@ static __always_inline bool is_inet(__u8 kind)
 	return kind == FDK_INET || kind == FDK_INET6;
 }
 
-/* What fd ``fd`` of ``task`` is; a socket's inode number into ``*ino``. */
-static __always_inline __u8 fd_kind_ino(struct task_struct *task, int fd, __u64 *ino)
+/* The file open as fd ``fd`` of ``task``, or NULL. */
+static __always_inline struct file *file_of(struct task_struct *task, int fd)
 {
 	struct files_struct *files = BPF_CORE_READ(task, files);
 	struct file **fds, *f = NULL;
 	struct fdtable *fdt;
+
+	if (!files || fd < 0)
+		return NULL;
+	fdt = BPF_CORE_READ(files, fdt);
+	if (!fdt || (unsigned int)fd >= BPF_CORE_READ(fdt, max_fds))
+		return NULL;
+	fds = BPF_CORE_READ(fdt, fd);
+	if (!fds || bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]))
+		return NULL;
+	return f;
+}
+
+/* What fd ``fd`` of ``task`` is; a socket's inode number into ``*ino``. */
+static __always_inline __u8 fd_kind_ino(struct task_struct *task, int fd, __u64 *ino)
+{
+	struct file *f = file_of(task, fd);
 	struct socket *sock;
 	__u16 family;
 	umode_t mode;
 
-	if (!files || fd < 0)
-		return FDK_NONE;
-	fdt = BPF_CORE_READ(files, fdt);
-	if (!fdt || (unsigned int)fd >= BPF_CORE_READ(fdt, max_fds))
-		return FDK_NONE;
-	fds = BPF_CORE_READ(fdt, fd);
-	if (!fds || bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]) || !f)
+	if (!f)
 		return FDK_NONE;
 	mode = BPF_CORE_READ(f, f_inode, i_mode);
 	switch (mode & S_IFMT) {
@@ -174,8 +189,8 @@ int BPF_PROG(detect_exec, struct task_struct *p, pid_t old_pid, struct linux_bin
 		return 0;
 	bpf_probe_read_kernel_str(ev->path, sizeof(ev->path), BPF_CORE_READ(bprm, filename));
 	inode = BPF_CORE_READ(bprm, file, f_inode);
-	ev->exe_ino = BPF_CORE_READ(inode, i_ino);
-	ev->exe_dev = BPF_CORE_READ(inode, i_sb, s_dev);
+	ev->ino = BPF_CORE_READ(inode, i_ino);
+	ev->dev = BPF_CORE_READ(inode, i_sb, s_dev);
 	mm = BPF_CORE_READ(p, mm);
 	start = BPF_CORE_READ(mm, arg_start);
 	end = BPF_CORE_READ(mm, arg_end);
@@ -312,6 +327,262 @@ SEC("tp/syscalls/sys_exit_fcntl")
 int detect_fcntl_exit(struct trace_event_raw_sys_exit *ctx)
 {
 	return dup_done(ctx->ret);
+}
+
+/* --- bait files --------------------------------------------------------------------------- */
+
+const volatile __u32 bait_kill = 0; /* 1 << enum detect_file_call: those calls on a bait kill */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct detect_bait_key);
+	__type(value, struct detect_bait);
+} baits SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, char[DETECT_NAME_LEN]);
+	__type(value, struct detect_bait);
+} bait_names SEC(".maps");
+
+/* An open for writing, between its entry and its exit (where the file is known). */
+struct pending_open {
+	__u64 path;   /* the user pointer to the path the call named */
+	__u32 call;
+	__u32 flags;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32); /* tid */
+	__type(value, struct pending_open);
+} pending_opens SEC(".maps");
+
+struct name_scratch {
+	char path[DETECT_PATH_LEN];
+	char name[DETECT_NAME_LEN];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct name_scratch);
+} name_scratch SEC(".maps");
+
+/* The bait whose file name ends the user path ``upath``, or NULL. */
+static __always_inline struct detect_bait *bait_named(const char *upath)
+{
+	__u32 zero = 0;
+	struct name_scratch *s = bpf_map_lookup_elem(&name_scratch, &zero);
+	long n, len;
+	int start = 0;
+
+	if (!s || !upath)
+		return NULL;
+	n = bpf_probe_read_user_str(s->path, sizeof(s->path), upath);
+	if (n <= 1)
+		return NULL;
+	for (int k = 0; k < DETECT_PATH_LEN; k++) { /* back from the end: the verifier's paths stay few */
+		int i = n - 2 - k;
+
+		if (i < 0)
+			break;
+		if (s->path[i & (DETECT_PATH_LEN - 1)] == '/') {
+			start = i + 1;
+			break;
+		}
+	}
+	len = n - 1 - start; /* n counts the NUL */
+	if (len <= 0)
+		return NULL;
+	if (len > DETECT_NAME_LEN - 1)
+		len = DETECT_NAME_LEN - 1;
+	__builtin_memset(s->name, 0, sizeof(s->name));
+	bpf_probe_read_kernel(s->name, len, s->path + (start & (DETECT_PATH_LEN - 1)));
+	return bpf_map_lookup_elem(&bait_names, s->name);
+}
+
+/* Kill the caller if the rules say so for ``call``, then report the touch. */
+static __always_inline void bait_touched(struct detect_bait *bait, __u32 call, __s32 fd, __u32 flags,
+					 __u64 dev, __u64 ino, const char *upath, const char *unewpath)
+{
+	struct detect_event *ev;
+	bool killed = false;
+
+	if (bait_kill & (1u << call))
+		killed = !bpf_send_signal(SIGKILL); /* delivered as the call returns: before any write */
+	ev = new_event(DK_FILE);
+	if (!ev)
+		return;
+	ev->call = call;
+	ev->fd = fd;
+	ev->flags = flags;
+	ev->dev = dev;
+	ev->ino = ino;
+	ev->bait_id = bait->id;
+	ev->killed = killed;
+	ev->by_name = !ino;
+	if (upath)
+		bpf_probe_read_user_str(ev->path, sizeof(ev->path), upath);
+	if (unewpath)
+		bpf_probe_read_user_str(ev->args, sizeof(ev->args), unewpath);
+	submit(ev);
+}
+
+static __always_inline int open_entered(const char *upath, __u32 call, __u32 flags)
+{
+	struct pending_open pending = {.path = (__u64)upath, .call = call, .flags = flags};
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+
+	if ((flags & O_ACCMODE) || (flags & O_TRUNC) || call == FC_CREAT) /* it may change the file */
+		bpf_map_update_elem(&pending_opens, &tid, &pending, BPF_ANY);
+	return 0;
+}
+
+/* The bait open as the caller's fd ``fd`` (its key into ``*key``), or NULL. */
+static __always_inline struct detect_bait *bait_open_as(int fd, struct detect_bait_key *key)
+{
+	struct file *f = file_of((void *)bpf_get_current_task(), fd);
+	struct inode *inode;
+
+	if (!f)
+		return NULL;
+	inode = BPF_CORE_READ(f, f_inode);
+	key->dev = BPF_CORE_READ(inode, i_sb, s_dev);
+	key->ino = BPF_CORE_READ(inode, i_ino);
+	return bpf_map_lookup_elem(&baits, key);
+}
+
+static __always_inline int open_done(long ret)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct pending_open *pending = bpf_map_lookup_elem(&pending_opens, &tid);
+	struct detect_bait_key key = {};
+	struct pending_open copy;
+	struct detect_bait *bait;
+
+	if (!pending)
+		return 0;
+	copy = *pending;
+	bpf_map_delete_elem(&pending_opens, &tid);
+	if (ret < 0 || !(bait = bait_open_as((int)ret, &key)))
+		return 0;
+	bait_touched(bait, copy.call, (__s32)ret, copy.flags, key.dev, key.ino, (const char *)copy.path, NULL);
+	return 0;
+}
+
+SEC("tp/syscalls/sys_enter_openat")
+int detect_openat(struct trace_event_raw_sys_enter *ctx)
+{
+	return open_entered((const char *)ctx->args[1], FC_OPENAT, (__u32)ctx->args[2]);
+}
+
+SEC("tp/syscalls/sys_exit_openat")
+int detect_openat_exit(struct trace_event_raw_sys_exit *ctx)
+{
+	return open_done(ctx->ret);
+}
+
+SEC("tp/syscalls/sys_enter_open")
+int detect_open(struct trace_event_raw_sys_enter *ctx)
+{
+	return open_entered((const char *)ctx->args[0], FC_OPEN, (__u32)ctx->args[1]);
+}
+
+SEC("tp/syscalls/sys_exit_open")
+int detect_open_exit(struct trace_event_raw_sys_exit *ctx)
+{
+	return open_done(ctx->ret);
+}
+
+SEC("tp/syscalls/sys_enter_creat")
+int detect_creat(struct trace_event_raw_sys_enter *ctx)
+{
+	return open_entered((const char *)ctx->args[0], FC_CREAT, 0);
+}
+
+SEC("tp/syscalls/sys_exit_creat")
+int detect_creat_exit(struct trace_event_raw_sys_exit *ctx)
+{
+	return open_done(ctx->ret);
+}
+
+SEC("tp/syscalls/sys_enter_openat2")
+int detect_openat2(struct trace_event_raw_sys_enter *ctx)
+{
+	__u64 flags = 0;
+
+	bpf_probe_read_user(&flags, sizeof(flags), (void *)ctx->args[2]); /* struct open_how's first */
+	return open_entered((const char *)ctx->args[1], FC_OPENAT2, (__u32)flags);
+}
+
+SEC("tp/syscalls/sys_exit_openat2")
+int detect_openat2_exit(struct trace_event_raw_sys_exit *ctx)
+{
+	return open_done(ctx->ret);
+}
+
+SEC("tp/syscalls/sys_enter_ftruncate")
+int detect_ftruncate(struct trace_event_raw_sys_enter *ctx)
+{
+	struct detect_bait_key key = {};
+	struct detect_bait *bait = bait_open_as((int)ctx->args[0], &key);
+
+	if (bait)
+		bait_touched(bait, FC_FTRUNCATE, (int)ctx->args[0], 0, key.dev, key.ino, NULL, NULL);
+	return 0;
+}
+
+/* The calls that name a path, not an open file: matched by the bait's file name. */
+static __always_inline int named(const char *upath, const char *unewpath, __u32 call)
+{
+	struct detect_bait *bait = bait_named(upath);
+
+	if (!bait && unewpath)
+		bait = bait_named(unewpath); /* renamed over a bait: its content is gone too */
+	if (bait)
+		bait_touched(bait, call, -1, 0, 0, 0, upath, unewpath);
+	return 0;
+}
+
+SEC("tp/syscalls/sys_enter_truncate")
+int detect_truncate(struct trace_event_raw_sys_enter *ctx)
+{
+	return named((const char *)ctx->args[0], NULL, FC_TRUNCATE);
+}
+
+SEC("tp/syscalls/sys_enter_rename")
+int detect_rename(struct trace_event_raw_sys_enter *ctx)
+{
+	return named((const char *)ctx->args[0], (const char *)ctx->args[1], FC_RENAME);
+}
+
+SEC("tp/syscalls/sys_enter_renameat")
+int detect_renameat(struct trace_event_raw_sys_enter *ctx)
+{
+	return named((const char *)ctx->args[1], (const char *)ctx->args[3], FC_RENAMEAT);
+}
+
+SEC("tp/syscalls/sys_enter_renameat2")
+int detect_renameat2(struct trace_event_raw_sys_enter *ctx)
+{
+	return named((const char *)ctx->args[1], (const char *)ctx->args[3], FC_RENAMEAT2);
+}
+
+SEC("tp/syscalls/sys_enter_unlink")
+int detect_unlink(struct trace_event_raw_sys_enter *ctx)
+{
+	return named((const char *)ctx->args[0], NULL, FC_UNLINK);
+}
+
+SEC("tp/syscalls/sys_enter_unlinkat")
+int detect_unlinkat(struct trace_event_raw_sys_enter *ctx)
+{
+	return named((const char *)ctx->args[1], NULL, FC_UNLINKAT);
 }
 
 char LICENSE[] SEC("license") = "GPL";

@@ -6,11 +6,39 @@
 #define DETECT_ANCESTORS 4   /* parents recorded with each event: proc.aname[1..4] */
 #define DETECT_PATH_LEN 256
 #define DETECT_ARGS_LEN 256  /* argv, NUL-separated, cut here */
+#define DETECT_NAME_LEN 64   /* a bait's file name, as bait_names keys it (longer names cut) */
 
 enum detect_kind {
 	DK_EXEC = 1,    /* a process image replaced (sched_process_exec) */
 	DK_CONNECT = 2, /* connect() on an IPv4/IPv6 socket */
 	DK_DUP = 3,     /* an IPv4/IPv6 socket duplicated onto fd 0, 1 or 2 (dup, dup2, dup3, fcntl) */
+	DK_FILE = 4,    /* a bait file opened for writing, truncated, renamed or removed */
+};
+
+/* Which syscall made a DK_FILE (a bit of bait_kill each: 1 << call). */
+enum detect_file_call {
+	FC_OPEN = 1,
+	FC_OPENAT = 2,
+	FC_OPENAT2 = 3,
+	FC_CREAT = 4,
+	FC_TRUNCATE = 5,
+	FC_FTRUNCATE = 6,
+	FC_RENAME = 7,
+	FC_RENAMEAT = 8,
+	FC_RENAMEAT2 = 9,
+	FC_UNLINK = 10,
+	FC_UNLINKAT = 11,
+};
+
+/* A bait, in the kernel: by (device, inode) for the calls that give an open file (open,
+ * ftruncate), by file name for those that give only a path (truncate, rename, unlink). */
+struct detect_bait_key {
+	__u64 dev;  /* the superblock's s_dev */
+	__u64 ino;
+};
+
+struct detect_bait {
+	__u32 id;   /* the index of its path in the session's list */
 };
 
 /* What an fd is (the kernel's view of its file), for stdio and the fds of events. */
@@ -48,21 +76,26 @@ struct detect_event {
 	char comm[16];
 	__u8 stdio[3];              /* enum detect_fd_kind of fds 0, 1, 2 when it happened */
 	__u8 fd_kind;               /* connect: the socket's kind; dup: the duplicated fd's */
-	__s32 fd;                   /* connect: the socket; dup: the new fd (0-2) */
+	__s32 fd;                   /* connect: the socket; dup: the new fd (0-2); file: open's result, ftruncate's fd */
 	__s32 oldfd;                /* dup: the fd duplicated */
-	__u32 call;                 /* dup: enum detect_dup_call */
+	__u32 call;                 /* dup: enum detect_dup_call; file: enum detect_file_call */
 	__u16 family;               /* connect: AF_INET or AF_INET6 */
 	__u16 port;                 /* connect: host order */
 	__u8 addr[16];              /* connect: IPv4 in the first 4 bytes */
 	__u64 socket_ino;           /* the network socket involved (its inode): connect's, the one
 				     * duplicated, or (exec) the first on the process's stdio; 0: none */
-	__u32 exe_dev;              /* exec: the executable's device (the kernel's dev_t) and inode */
-	__u64 exe_ino;
+	__u32 dev;                  /* exec: the executable's device (the kernel's dev_t) and inode; */
+	__u64 ino;                  /* file: the bait's (0 when matched by name) */
+	__u32 bait_id;              /* file: the bait's index */
+	__u32 flags;                /* file, open: its flags */
+	__u8 killed;                /* file: SIGKILL sent from the kernel */
+	__u8 by_name;               /* file: matched by file name (truncate, rename, unlink), not inode */
 	__u32 args_len;             /* exec: bytes of args used */
 	__u32 nancestors;
 	struct detect_ancestor ancestors[DETECT_ANCESTORS];
-	char path[DETECT_PATH_LEN]; /* exec: the file executed */
-	__u8 args[DETECT_ARGS_LEN]; /* exec: argv, NUL-separated (bytes: a char array decodes up to its first NUL) */
+	char path[DETECT_PATH_LEN]; /* exec: the file executed; file: the path the call named (rename: the old) */
+	__u8 args[DETECT_ARGS_LEN]; /* exec: argv, NUL-separated (bytes: a char array decodes up to its
+				     * first NUL); file, rename: the new path */
 };
 
 #endif /* __DETECT_H */

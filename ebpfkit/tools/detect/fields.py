@@ -14,14 +14,17 @@ from collections.abc import Mapping
 
 from ...policy.condition import FieldSpec
 
-EXEC, CONNECT, DUP = 1, 2, 3  # detect.h's enum detect_kind
+EXEC, CONNECT, DUP, FILE = 1, 2, 3, 4  # detect.h's enum detect_kind
 FD_KINDS = ("none", "file", "ipv4", "ipv6", "unix", "socket", "pipe", "char")  # enum detect_fd_kind
 DUP_CALLS = {1: "dup", 2: "dup2", 3: "dup3", 4: "fcntl"}                      # enum detect_dup_call
+FILE_CALLS = {1: "open", 2: "openat", 3: "openat2", 4: "creat", 5: "truncate", 6: "ftruncate",  # enum
+              7: "rename", 8: "renameat", 9: "renameat2", 10: "unlink", 11: "unlinkat"}       # detect_file_call
 ANCESTORS = 4                                                                 # DETECT_ANCESTORS
 
 S = FieldSpec
 FIELDS: dict[str, FieldSpec] = {
-    "evt.type": S("str", doc="execve, connect, or the call that put a socket on fd 0-2: dup, dup2, dup3, fcntl"),
+    "evt.type": S("str", doc="execve, connect, the call that put a socket on fd 0-2 (dup, dup2, dup3, fcntl), or "
+                             "the one that touched a bait file (" + ", ".join(FILE_CALLS.values()) + ")"),
     "evt.time": S("int", doc="when, ns since the epoch"),
     "proc.pid": S("int", doc="the process (thread group) id"),
     "thread.tid": S("int", doc="the thread id"),
@@ -40,12 +43,18 @@ FIELDS: dict[str, FieldSpec] = {
     "proc.stderr.type": S("str", doc="what fd 2 is"),
     "user.uid": S("int", doc="the user id"),
     "container.id": S("str", doc="the container's short id, or host"),
-    "fd.num": S("int", doc="connect: the socket's fd; dup: the fd it was put on (0-2)"),
+    "fd.num": S("int", doc="connect: the socket's fd; dup: the fd it was put on (0-2); a bait's open and "
+                           "ftruncate: its fd"),
     "fd.oldnum": S("int", doc="dup: the fd duplicated"),
     "fd.type": S("str", doc="connect/dup: the kind of the socket (" + ", ".join(FD_KINDS) + ")"),
     "fd.rip": S("str", doc="connect: the remote address"),
     "fd.rport": S("int", doc="connect: the remote port"),
-    "fd.name": S("str", doc="connect: address:port"),
+    "fd.name": S("str", doc="connect: address:port; a bait file's event: the bait's path"),
+    "bait.name": S("str", doc="a bait file's event: the name of the `- bait:` that declared it"),
+    "evt.arg.path": S("str", doc="a bait file's event: the path the call named (rename: the old one)"),
+    "evt.arg.newpath": S("str", doc="rename of a bait file: the new path"),
+    "evt.arg.flags": S("int", doc="open of a bait file: its flags"),
+    "evt.killed": S("str", doc="a bait file's event: true when the kernel sent the process SIGKILL"),
     "socket.ino": S("int", doc="the network socket involved, by inode: connect's, the one duplicated, or the "
                                "first on the process's stdio (shared by every process it was passed to)"),
 }
@@ -54,11 +63,13 @@ FIELDS: dict[str, FieldSpec] = {
 class EventFields(Mapping):
     """One decoded detect_event as rule fields. ``containers`` maps a cgroup id to its
     container's short id (or "host"); ``processes`` remembers what exec events said of a
-    process (its path and arguments) for the events that follow."""
+    process (its path and arguments) for the events that follow; ``baits`` (baits.Known) are
+    the session's bait files."""
 
-    def __init__(self, event, wall_ns: int, containers, processes: dict):
+    def __init__(self, event, wall_ns: int, containers, processes: dict, baits=None):
         self.event, self.wall_ns = event, wall_ns
         self._containers, self._processes = containers, processes
+        self._baits = baits
         self._cache: dict[str, object] = {}
 
     def __getitem__(self, name: str):
@@ -122,7 +133,33 @@ def _from_proc(pid: int) -> dict:
 
 def _evt_type(f: EventFields):
     ev = f.event
+    if ev.kind == FILE:
+        return FILE_CALLS.get(ev.call, "file")
     return {EXEC: "execve", CONNECT: "connect"}.get(ev.kind) or DUP_CALLS.get(ev.call, "dup")
+
+
+def _bait(f: EventFields, attribute: str):
+    if f.event.kind != FILE or f._baits is None:
+        return None
+    if "bait" not in f._cache:
+        ev = f.event
+        f._cache["bait"] = f._baits.of_event(ev.bait_id, bool(ev.by_name), ev.tgid, ev.path, _newpath(ev))
+    bait = f._cache["bait"]
+    return getattr(bait, attribute) if bait else None
+
+
+def _newpath(ev) -> str:
+    return bytes(ev.args).partition(b"\0")[0].decode(errors="replace")
+
+
+def _fd_name(f: EventFields):
+    if f.event.kind == CONNECT:
+        return f"{_address(f.event)}:{f.event.port}"
+    return _bait(f, "path")
+
+
+def _file(f: EventFields, value):
+    return value if f.event.kind == FILE else None
 
 
 def _address(ev) -> str | None:
@@ -143,7 +180,7 @@ def _cmdline(f: EventFields):
 
 
 def _fd(f: EventFields, value):
-    return value if f.event.kind in (CONNECT, DUP) else None
+    return value if f.event.kind in (CONNECT, DUP) or f.event.kind == FILE and value >= 0 else None
 
 
 _GETTERS = {
@@ -166,9 +203,14 @@ _GETTERS = {
     "container.id": lambda f: f._containers(f.event.cgroup_id),
     "fd.num": lambda f: _fd(f, f.event.fd),
     "fd.oldnum": lambda f: f.event.oldfd if f.event.kind == DUP else None,
-    "fd.type": lambda f: _fd(f, FD_KINDS[f.event.fd_kind]),
+    "fd.type": lambda f: FD_KINDS[f.event.fd_kind] if f.event.kind in (CONNECT, DUP) else None,
     "fd.rip": lambda f: _address(f.event),
     "fd.rport": lambda f: f.event.port if f.event.kind == CONNECT else None,
-    "fd.name": lambda f: f"{_address(f.event)}:{f.event.port}" if f.event.kind == CONNECT else None,
+    "fd.name": _fd_name,
+    "bait.name": lambda f: _bait(f, "declared_by"),
+    "evt.arg.path": lambda f: _file(f, f.event.path or None),
+    "evt.arg.newpath": lambda f: _file(f, _newpath(f.event) or None),
+    "evt.arg.flags": lambda f: f.event.flags if f.event.kind == FILE and f.event.call <= 4 else None,
+    "evt.killed": lambda f: _file(f, "true" if f.event.killed else "false"),
     "socket.ino": lambda f: f.event.socket_ino or None,
 }

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...policy.condition import And, Check, Node, Not, Or
+from .fields import FILE_CALLS
 
 COMM_LEN = 15  # a task's comm: 16 bytes with the NUL; proc.name is that
 
@@ -30,7 +31,9 @@ class Need:
 
 
 NEVER, ANYTHING = Need(never=True), Need(anything=True)
-KINDS = {"execve": {"execve"}, "connect": {"connect"}, "dup": {"dup", "dup2", "dup3", "fcntl"}}
+KINDS = {"execve": {"execve"}, "connect": {"connect"}, "dup": {"dup", "dup2", "dup3", "fcntl"},
+         "file": set(FILE_CALLS.values())}
+BAIT_FIELDS = frozenset({"bait.name", "fd.name", "evt.killed"})  # every bait event has them
 
 
 def need(node: Node, types: set[str]) -> Need:
@@ -73,3 +76,35 @@ def _check(check: Check, types: set[str]) -> Need:
 def for_kind(rules, kind: str) -> Need:
     """What an event of ``kind`` (a key of KINDS) needs for any enabled rule to match it."""
     return need(Or(tuple(r.condition for r in rules if r.enabled)), KINDS[kind])
+
+
+def holds_for_every(node: Node, evt_type: str, present: frozenset = BAIT_FIELDS) -> bool:
+    """Whether ``node`` is true of every event of ``evt_type`` that has the fields ``present``:
+    what a rule must be for the kernel to act on it without asking user space (a kill). An
+    under-approximation: only evt.type checks, ``exists`` of those fields, and and/or of them
+    count; anything else (a Not, an exception, another field) is "not sure"."""
+    if isinstance(node, Check):
+        if node.field == "evt.type":
+            values = node.value if isinstance(node.value, tuple) else (node.value,)
+            if node.op in ("=", "=="):
+                return node.value == evt_type
+            if node.op == "in":
+                return evt_type in values
+            if node.op == "!=":
+                return node.value != evt_type
+            return False
+        return node.op == "exists" and node.field in present
+    if isinstance(node, And):
+        return all(holds_for_every(c, evt_type, present) for c in node.children)
+    if isinstance(node, Or):
+        return any(holds_for_every(c, evt_type, present) for c in node.children)
+    return False
+
+
+def killing_calls(rules, action: str | None = None) -> set[str]:
+    """The file calls (evt.type) on a bait that kill from the kernel: those some enabled rule
+    whose action is kill (every rule's, with ``action`` "kill"; none with "alert") holds for."""
+    if action == "alert":
+        return set()
+    killers = [r for r in rules if r.enabled and (action == "kill" or r.action == "kill")]
+    return {call for call in FILE_CALLS.values() if any(holds_for_every(r.condition, call) for r in killers)}

@@ -11,6 +11,12 @@ out alerts. No click, no printing, no formats::
 The built-in rules (builtin_rules.yaml) come first unless ``builtin=False``; files given in
 ``rules`` (a file, or a directory of *.yaml) are read after them, in order, and may extend
 them. Events lost in the kernel are raised as an alert of their own ("Events lost").
+
+Bait files (``- bait:`` in a rules file) are planted or adopted when the session opens
+(``session.baits``) and the planted ones removed when it closes. A rule whose action is kill
+(or every rule, with ``action="kill"``; none, with ``action="alert"``) and whose condition the
+kernel can decide alone (evt.type, and fields every bait event has) kills the process touching
+a bait from the kernel, before the call returns: ``session.killing`` names those calls.
 """
 
 from __future__ import annotations
@@ -20,24 +26,36 @@ import time
 from dataclasses import dataclass
 
 from ...errors import ConfigError
+from ...policy.loader import PolicyError
 from ..config import ToolConfig
 from ..session import ToolSession
-from . import prefilter
+from . import baits as bait_files, prefilter
 from .alerts import Alert, Matcher
-from .fields import EXEC, FIELDS, EventFields
+from .fields import EXEC, FIELDS, FILE_CALLS, EventFields
 
 PROGRAM = os.path.join(os.path.dirname(__file__), "detect.bpf.c")
 BUILTIN_RULES = os.path.join(os.path.dirname(__file__), "builtin_rules.yaml")
 HOOK = "raw tracepoint sched_process_exec, syscall tracepoints connect/dup/dup2/dup3/fcntl"
+FILE_HOOK = "and, for bait files, open/openat/openat2/creat (entry and exit), ftruncate, truncate, rename*, unlink*"
 LOST_RULE = "Events lost"
+ACTIONS = ("alert", "kill")
+# the BPF programs of each file call, and the syscall they hook (missing on some architectures)
+FILE_PROGRAMS = {"open": ("detect_open", "detect_open_exit"), "openat": ("detect_openat", "detect_openat_exit"),
+                 "openat2": ("detect_openat2", "detect_openat2_exit"), "creat": ("detect_creat", "detect_creat_exit"),
+                 "truncate": ("detect_truncate",), "ftruncate": ("detect_ftruncate",), "rename": ("detect_rename",),
+                 "renameat": ("detect_renameat",), "renameat2": ("detect_renameat2",), "unlink": ("detect_unlink",),
+                 "unlinkat": ("detect_unlinkat",)}
 
 
 @dataclass(frozen=True)
 class Config(ToolConfig):
     rules: tuple = ()          # rule files or directories of *.yaml, read after the built-in ones
     builtin: bool = True       # read the built-in rules first
+    action: str | None = None  # "alert": nothing kills; "kill": every rule on bait files kills; None: as each says
 
     def validate(self) -> None:
+        if self.action is not None and self.action not in ACTIONS:
+            raise ConfigError("action", f"must be alert or kill, not {self.action!r}")
         if isinstance(self.rules, (str, bytes)) or not all(isinstance(r, str) for r in self.rules):
             raise ConfigError("rules", "must be a list of paths (files or directories)")
         for path in self.rules:
@@ -59,10 +77,18 @@ class Config(ToolConfig):
 
 
 def load_ruleset(config: Config):
-    """The rules a session would run (PolicyError, exit 2, for a bad file)."""
+    """The rules a session would run (PolicyError, exit 2, for a bad file, or for a rule whose
+    action is kill on something the kernel cannot decide alone)."""
     from ...policy.rules import load_rules
 
-    return load_rules(config.rule_files(), fields=FIELDS)
+    ruleset = load_rules(config.rule_files(), fields=FIELDS)
+    if config.action is None:
+        for rule in ruleset.enabled():
+            if rule.action == "kill" and not prefilter.killing_calls([rule]):
+                raise PolicyError(f"rule {rule.name!r}: action kill is carried out by the kernel, on bait files: "
+                                  f"its condition must hold for every event of a file call (evt.type, bait.name, "
+                                  f"fd.name), with no exceptions", rule.line, rule.source)
+    return ruleset
 
 
 class Session(ToolSession):
@@ -75,19 +101,31 @@ class Session(ToolSession):
 
         self.config = config
         self.ruleset = load_ruleset(config)   # a bad rule file fails before anything is loaded
-        self._matcher = Matcher(self.ruleset.rules.values())
+        rules = self.ruleset.rules.values()
+        self.killing = prefilter.killing_calls(rules, config.action)
+        kill_rules = {r.name for r in rules if any(prefilter.holds_for_every(r.condition, c) for c in self.killing)}
+        self._matcher = Matcher(rules, actions={r.name: "kill" if r.name in kill_rules else "alert" for r in rules})
         self._obj = None
-        spec = compile_bpf(PROGRAM)
-        connect = prefilter.for_kind(self.ruleset.rules.values(), "connect")
-        spec.rodata.update({
-            "want_exec": not prefilter.for_kind(self.ruleset.rules.values(), "execve").never,
-            "want_dup": not prefilter.for_kind(self.ruleset.rules.values(), "dup").never,
-            "want_connect": not connect.never, "connect_any": connect.anything, "connect_fd_max": connect.fd_max})
-        self._obj = spec.load()
+        self.baits: list[bait_files.BaitFile] = []
+        self.warnings: list[str] = []
+        want_files = bool(self.ruleset.baits) and not prefilter.for_kind(rules, "file").never
+        if want_files:  # planted before anything is attached: detect's own writes are not events
+            self.baits, self.warnings = bait_files.place(self.ruleset.baits.values())
+        self.hook = HOOK + (f"; {FILE_HOOK}" if self.baits else "")
         try:
+            spec = compile_bpf(PROGRAM)
+            connect = prefilter.for_kind(rules, "connect")
+            spec.rodata.update({
+                "want_exec": not prefilter.for_kind(rules, "execve").never,
+                "want_dup": not prefilter.for_kind(rules, "dup").never,
+                "want_connect": not connect.never, "connect_any": connect.anything,
+                "connect_fd_max": connect.fd_max, "bait_kill": _call_bits(self.killing)})
+            self._attach_file_calls(spec, bool(self.baits))
+            self._obj = spec.load()
             comms = self._obj.maps["connect_comms"]
             for comm in connect.comms:
                 comms[comm.encode()] = 1
+            self._know_baits()
             self._obj.attach()
             self._reader = self._obj.ring_buffer("events", event_type="detect_event")
         except BaseException:
@@ -97,6 +135,23 @@ class Session(ToolSession):
         self._processes: dict[int, dict] = {}
         self._containers: dict[int, str] = {}
         self._lost_seen = 0
+
+    @staticmethod
+    def _attach_file_calls(spec, wanted: bool) -> None:
+        from ...engine import features
+
+        for call, programs in FILE_PROGRAMS.items():
+            # open(2), creat(2), rename(2)... exist on x86_64, not on arm64
+            exists = wanted and features.have_tracepoint("syscalls", f"sys_enter_{call}")
+            for name in programs:
+                spec.programs[name].autoload = exists
+
+    def _know_baits(self) -> None:
+        by_key, by_name = self._obj.maps["baits"], self._obj.maps["bait_names"]
+        self._known_baits = bait_files.Known(self.baits)
+        for index, bait in enumerate(self.baits):
+            by_key[{"dev": bait.key[0], "ino": bait.key[1]}] = {"id": index}
+            by_name[bait.name_key] = {"id": index}
 
     @property
     def lost(self) -> int:
@@ -134,7 +189,8 @@ class Session(ToolSession):
         return out
 
     def _fields(self, record) -> EventFields:
-        fields = EventFields(record, record.ts + self._epoch_offset_ns, self._container, self._processes)
+        fields = EventFields(record, record.ts + self._epoch_offset_ns, self._container, self._processes,
+                             self._known_baits)
         if record.kind == EXEC:  # what later events of the process will say of it (whatever reads it)
             if len(self._processes) > 65536:
                 self._processes.clear()
@@ -160,6 +216,13 @@ class Session(ToolSession):
         if self._obj is not None:
             self._obj.close()
             self._obj = None
+        bait_files.remove_planted(self.baits)
+        self.baits = []
+
+
+def _call_bits(calls) -> int:
+    """bait_kill's bits: 1 << enum detect_file_call of each call."""
+    return sum(1 << number for number, name in FILE_CALLS.items() if name in calls)
 
 
 def open(config: Config | None = None, **settings) -> Session:  # noqa: A001 - the session verb

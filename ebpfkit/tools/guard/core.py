@@ -33,7 +33,7 @@ from ...engine.maps import KernelMap, Map
 from ...engine.pinned import PinError, detach_pinned_link, pinned_link_prog_id, prog_exists
 from ...engine.pinset import PinSet
 from ...policy import OPERATIONS, GuardPolicy
-from ...sysinfo.devices import kernel_dev_of_stat
+from ...sysinfo.files import inode_of
 from ...sysinfo.mounts import Mount, MountTable, unescape
 from . import logfile
 
@@ -77,33 +77,9 @@ class GuardError(EbpfkitError):
 
 # --- keys as the hooks see them ---------------------------------------------------------
 
-def _fdinfo(fd: int) -> dict:
-    with open(f"/proc/self/fdinfo/{fd}") as f:
-        return dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
-
-
-def _inode_of(path: str, table: MountTable | None) -> tuple[tuple[int, int], Mount | None]:
-    """((s_dev, i_ino) of the inode the kernel reaches through ``path``, its mount)."""
-    fd = os.open(path, os.O_PATH | os.O_CLOEXEC)  # no file_open hook, no read permission
-    try:
-        try:
-            info = _fdinfo(fd)
-            ino, mnt_id = int(info["ino"]), int(info["mnt_id"])
-        except (OSError, KeyError, ValueError):  # no /proc, or a kernel before 5.14
-            st = os.fstat(fd)
-            return (kernel_dev_of_stat(st.st_dev), st.st_ino), None
-        mount = (table or MountTable()).by_id(mnt_id)
-        if mount is None:
-            st = os.fstat(fd)
-            return (kernel_dev_of_stat(st.st_dev), ino), None
-        return (mount.kernel_dev, ino), mount
-    finally:
-        os.close(fd)
-
-
 def key_of(path: str, table: MountTable | None = None) -> tuple[int, int]:
     """(dev, ino) of what ``path`` resolves to (symlinks followed), as the hooks see it."""
-    return _inode_of(path, table)[0]
+    return inode_of(path, table)[0]
 
 
 def _overlay_option(options: str, name: str) -> list[str]:
@@ -202,7 +178,7 @@ def resolve(policy: GuardPolicy, extra: list[tuple[str, int]] = ()) -> Resolutio
 
     def protect(path, mask, priority):
         try:
-            key, mount = _inode_of(path, table)
+            key, mount = inode_of(path, table)
         except OSError as exc:
             res.warnings.append(f"{path}: {exc.strerror}; skipped")
             return

@@ -174,6 +174,17 @@ def test_append_extends_lists_macros_and_rules_and_enabled_switches_a_rule():
     assert not rs.rules["r2"].enabled and [r.name for r in rs.enabled()] == ["r"]
 
 
+def test_baits_are_declared_extended_and_kept_apart_from_rules():
+    ruleset = rules("- bait: shares\n  paths: [/srv/a/!0.docx, /srv/b/!0.docx]\n"
+                    "- bait: home\n  paths: [/home/u/!0.xlsx]\n  plant: false\n"
+                    "- bait: shares\n  paths: [/srv/c/!0.docx, /srv/a/!0.docx]\n  append: true\n")
+    assert ruleset.rules == {}
+    shares, home = ruleset.baits["shares"], ruleset.baits["home"]
+    assert shares.paths == ("/srv/a/!0.docx", "/srv/b/!0.docx", "/srv/c/!0.docx") and shares.plant
+    assert (shares.source, shares.line) == ("test.yaml", 1)
+    assert home.paths == ("/home/u/!0.xlsx",) and not home.plant
+
+
 def test_falco_engine_version_items_are_accepted():
     assert rules("- required_engine_version: 0.31.0\n").rules == {}
 
@@ -196,7 +207,13 @@ def test_falco_engine_version_items_are_accepted():
     ("- rule: r\n  condition: nope\n  output: o\n  priority: INFO\n", "unknown macro 'nope'", 2),
     ("- list: l\n  items: [a]\n  append: true\n", "no list 'l' comes before it", 1),
     ("- rule: r\n  enabled: false\n", "no rule 'r' comes before it", 1),
-    ("- lst: x\n", "must be a rule, a macro or a list", 1),
+    ("- lst: x\n", "must be a rule, a macro, a list or a bait", 1),
+    ("- bait: b\n  plant: true\n", "bait 'b' has no paths", 1),
+    ("- bait: b\n  paths: [relative/f.docx]\n", "is not an absolute path of a file", 2),
+    ("- bait: b\n  paths: [/srv/]\n", "is not an absolute path of a file", 2),
+    ("- bait: b\n  paths: []\n", "bait 'b' has no paths", 2),
+    ("- bait: b\n  paths: [/srv/f]\n  plant: maybe\n", "plant must be true or false", 3),
+    ("- bait: b\n  paths: [/srv/f]\n  append: true\n", "no bait 'b' comes before it", 1),
     ("rule: x\n", "a rules file is a list", 1),
     ("- rule: r\n  condition: [a\n", "invalid YAML", 3),
     ("- rule: r\n  condition: proc.name = a\n  output: o\n  priority: INFO\n  exceptions:\n"
@@ -227,7 +244,7 @@ def test_fuzzed_conditions_parse_or_raise_condition_error(words):
         pass
 
 
-ITEM_KEYS = st.sampled_from(["rule", "macro", "list", "condition", "output", "priority", "items", "append",
+ITEM_KEYS = st.sampled_from(["rule", "macro", "list", "bait", "paths", "plant", "condition", "output", "priority", "items", "append",
                              "enabled", "exceptions", "tags", "action", "fields", "values", "name", "comps"])
 SCALARS = st.one_of(st.sampled_from(["r", "proc.name = a", "INFO", "true", "[a, b]", "x %proc.pid", "kill", ""]),
                     st.text(max_size=12))

@@ -1,0 +1,250 @@
+"""detect's bait files against the real kernel: a ransomware simulator walking a directory the
+test fills must be killed at the first bait it reaches, having touched at most one real file;
+every call that changes a bait (open for writing, creat, truncate, ftruncate, rename from and
+onto it, unlink) kills its caller before the call returns, and reading one does nothing."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from helpers import RunningTool, ek
+from ebpfkit.tools import detect
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(os.geteuid() != 0, reason="loads BPF programs: needs root"),
+]
+
+BAIT_RULE = "Bait file touched"
+BAIT_NAME = "!0000-budget.xlsx"   # sorts before the files beside it
+
+# Walks DIR in sorted order (as many do); per file, as MODE says: "in-place" opens it r+b,
+# writes it back "encrypted" and renames it .locked; "rename-first" renames, then encrypts;
+# "copy-unlink" writes FILE.locked and removes FILE. Prints each path before touching it.
+SIMULATOR = textwrap.dedent("""
+    import os, sys
+    mode, top = sys.argv[1], sys.argv[2]
+    for root, dirs, files in os.walk(top):
+        dirs.sort()
+        for name in sorted(files):
+            path = os.path.join(root, name)
+            print(path, flush=True)
+            if mode == "in-place":
+                with open(path, "r+b") as f:
+                    data = f.read()
+                    f.seek(0)
+                    f.write(bytes(b ^ 0x5A for b in data))
+                os.rename(path, path + ".locked")
+            elif mode == "rename-first":
+                os.rename(path, path + ".locked")
+                with open(path + ".locked", "r+b") as f:
+                    data = f.read()
+                    f.seek(0)
+                    f.write(bytes(b ^ 0x5A for b in data))
+            else:
+                with open(path, "rb") as f:
+                    data = f.read()
+                with open(path + ".locked", "wb") as f:
+                    f.write(bytes(b ^ 0x5A for b in data))
+                os.unlink(path)
+""")
+
+
+def fill(top) -> dict[str, str]:
+    """Twelve real files in a share of three directories, a bait in each: {path: sha256}."""
+    real = {}
+    for sub in ("", "finance", "hr"):
+        d = top / sub
+        d.mkdir(parents=True, exist_ok=True)
+        for i in range(4):
+            path = d / f"report-{i}.txt"
+            path.write_bytes(os.urandom(4096))
+            real[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return real
+
+
+def rules_for(tmp_path, top, extra: str = "") -> str:
+    paths = ", ".join(f'"{top / sub / BAIT_NAME}"' for sub in ("", "finance", "hr"))
+    path = tmp_path / "baits.yaml"
+    path.write_text(f"- bait: share\n  paths: [{paths}]\n{extra}")
+    return str(path)
+
+
+def touched(real: dict[str, str]) -> list[str]:
+    """The real files no longer as they were (changed, renamed or removed)."""
+    changed = []
+    for path, digest in real.items():
+        try:
+            with open(path, "rb") as f:
+                same = hashlib.sha256(f.read()).hexdigest() == digest
+        except FileNotFoundError:
+            same = False
+        if not same:
+            changed.append(path)
+    return changed
+
+
+def alerts_of(session, rule: str, seconds: float = 1.0) -> list:
+    end = time.monotonic() + seconds
+    found = []
+    while time.monotonic() < end:
+        found += [a for a in session.poll(100) if a.rule == rule]
+    return found
+
+
+@pytest.mark.parametrize("mode", ["in-place", "rename-first", "copy-unlink"])
+def test_ransomware_is_killed_at_the_first_bait(tmp_path, mode):
+    top = tmp_path / "share"
+    real = fill(top)
+    script = tmp_path / "simulator.py"
+    script.write_text(SIMULATOR)
+    with detect.open(rules=(rules_for(tmp_path, top),)) as session:
+        assert len(session.baits) == 3 and all(b.planted for b in session.baits)
+        run = subprocess.run([sys.executable, str(script), mode, str(top)], capture_output=True, text=True,
+                             timeout=60)
+        alerts = alerts_of(session, BAIT_RULE)
+    assert run.returncode == -signal.SIGKILL, run.stdout + run.stderr
+    assert len(touched(real)) <= 1, touched(real)
+    first_bait = str(top / BAIT_NAME)
+    assert run.stdout.splitlines()[-1] == first_bait, "it stopped at the first bait it reached"
+    assert len(alerts) == 1, alerts
+    alert = alerts[0]
+    assert (alert.action, alert.event["evt.killed"]) == ("kill", "true")
+    assert alert.event["fd.name"] == first_bait and alert.event["bait.name"] == "share"
+    assert alert.techniques == ("T1486", "T1485")
+    # the planted baits are gone with the session (the first one, renamed, stays as .locked)
+    assert not any(name == BAIT_NAME for _, _, files in os.walk(top) for name in files)
+
+
+def test_ransomware_pid_and_process_are_named(tmp_path):
+    top = tmp_path / "share"
+    fill(top)
+    script = tmp_path / "simulator.py"
+    script.write_text(SIMULATOR)
+    with detect.open(rules=(rules_for(tmp_path, top),)) as session:
+        proc = subprocess.Popen([sys.executable, str(script), "in-place", str(top)], stdout=subprocess.PIPE)
+        proc.communicate(timeout=60)
+        alerts = alerts_of(session, BAIT_RULE)
+    assert proc.returncode == -signal.SIGKILL
+    assert [a.pid for a in alerts] == [proc.pid]
+    assert alerts[0].event["evt.type"] == "openat" and alerts[0].event["proc.name"].startswith("python")
+
+
+BAIT = "BAIT"  # stands for the bait's path in the commands below
+CREAT_X86_64 = 85  # creat(2): glibc's creat() calls openat, so the syscall is made by number
+CALLS = {
+    "open for writing": ("openat", [sys.executable, "-c", f"open({BAIT!r}, 'ab')"]),
+    "open with O_TRUNC": ("openat", [sys.executable, "-c",
+                                     f"import os; os.open({BAIT!r}, os.O_RDONLY | os.O_TRUNC)"]),
+    "creat": ("creat", [sys.executable, "-c", f"import ctypes; ctypes.CDLL(None).syscall({CREAT_X86_64}, "
+                                              f"{BAIT!r}.encode(), 0o644)"]),
+    "truncate": ("truncate", [sys.executable, "-c", f"import os; os.truncate({BAIT!r}, 0)"]),
+    "truncate(1)": ("openat", ["truncate", "-s", "0", BAIT]),
+    "rename from": ("renameat2", ["mv", BAIT, BAIT + ".locked"]),
+    "rename onto": ("renameat2", ["mv", "-f", "OTHER", BAIT]),
+    "unlink": ("unlinkat", ["rm", "-f", BAIT]),
+}
+
+
+@pytest.mark.parametrize("call", list(CALLS))
+def test_each_call_that_changes_a_bait_kills_its_caller(tmp_path, call):
+    if call == "creat" and os.uname().machine != "x86_64":
+        pytest.skip("creat(2) by its x86_64 number")
+    evt_type, argv = CALLS[call]
+    other = tmp_path / "other.txt"
+    other.write_text("not a bait")
+    bait = tmp_path / BAIT_NAME
+    argv = [a.replace(BAIT, str(bait)).replace("OTHER", str(other)) for a in argv]
+    rules = tmp_path / "baits.yaml"
+    rules.write_text(f'- bait: one\n  paths: ["{bait}"]\n')
+    with detect.open(rules=(str(rules),)) as session:
+        run = subprocess.run(argv, capture_output=True, timeout=30)
+        alerts = alerts_of(session, BAIT_RULE)
+    assert run.returncode == -signal.SIGKILL, (call, run.returncode, run.stderr)
+    assert [(a.event["evt.type"], a.event["evt.killed"]) for a in alerts] == [(evt_type, "true")]
+
+
+def test_ftruncate_through_an_fd_opened_before_the_session(tmp_path):
+    bait = tmp_path / BAIT_NAME
+    bait.write_bytes(b"x" * 1000)
+    rules = tmp_path / "baits.yaml"
+    rules.write_text(f'- bait: one\n  paths: ["{bait}"]\n  plant: false\n')
+    holder = subprocess.Popen([sys.executable, "-c", f"import os, sys; fd = os.open({str(bait)!r}, os.O_RDWR); "
+                               "print('open', flush=True); sys.stdin.readline(); os.ftruncate(fd, 0)"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "open\n"
+        with detect.open(rules=(str(rules),)) as session:
+            assert [b.planted for b in session.baits] == [False]
+            holder.stdin.write("go\n")
+            holder.stdin.flush()
+            holder.wait(timeout=30)
+            alerts = alerts_of(session, BAIT_RULE)
+    finally:
+        holder.kill()
+    assert holder.returncode == -signal.SIGKILL
+    assert [a.event["evt.type"] for a in alerts] == ["ftruncate"]
+    assert bait.exists(), "an adopted bait stays when the session ends"
+
+
+def test_reading_a_bait_raises_nothing(tmp_path):
+    bait = tmp_path / BAIT_NAME
+    rules = tmp_path / "baits.yaml"
+    rules.write_text(f'- bait: one\n  paths: ["{bait}"]\n')
+    with detect.open(rules=(str(rules),)) as session:
+        content = bait.read_bytes()
+        runs = [subprocess.run(argv, capture_output=True, timeout=30) for argv in
+                (["cat", str(bait)], ["stat", str(bait)], ["cp", str(bait), str(tmp_path / "copy")],
+                 ["ls", "-l", str(tmp_path)])]
+        alerts = alerts_of(session, BAIT_RULE)
+    assert [r.returncode for r in runs] == [0, 0, 0, 0]
+    assert len(content) > 0 and alerts == []
+
+
+def test_action_alert_reports_without_killing_and_the_cli_says_what_it_watches(tmp_path):
+    bait = tmp_path / BAIT_NAME
+    missing = tmp_path / "nowhere.xlsx"
+    rules = tmp_path / "baits.yaml"
+    rules.write_text(f'- bait: one\n  paths: ["{bait}"]\n- bait: adopted\n  paths: ["{missing}"]\n  plant: false\n')
+    tool = RunningTool("-v", "--format", "json", "detect", "run", "--rules", str(rules), "--action", "alert")
+    try:
+        assert bait.exists(), "planted before the banner"
+        writer = subprocess.run([sys.executable, "-c", f"open({str(bait)!r}, 'ab').write(b'x')"], timeout=30)
+        time.sleep(0.5)
+        stdout = tool.stop()
+    finally:
+        tool.kill()
+    assert writer.returncode == 0
+    assert tool.returncode == 0, tool.stderr
+    alerts = [a for a in map(json.loads, stdout.splitlines()) if a["rule"] == BAIT_RULE]
+    assert [(a["action"], a["event"]["evt.killed"], a["event"]["evt.type"]) for a in alerts] == [
+        ("alert", "false", "openat")]
+    assert f"{missing} does not exist (plant: false): not watched" in tool.stderr
+    assert "baits: 1 files (1 planted); alerts only" in tool.stderr
+    assert not bait.exists(), "the planted bait is removed at the end"
+
+
+def test_a_kill_rule_the_kernel_cannot_decide_exits_2(capsys, tmp_path):
+    rules = tmp_path / "kill.yaml"
+    rules.write_text("- rule: Kill shells\n  condition: evt.type = execve and proc.name = bash\n"
+                     "  output: shell\n  priority: WARNING\n  action: kill\n")
+    rc, _, err = ek(capsys, "detect", "check", str(rules))
+    assert rc == 2
+    assert f"{rules}:1: rule 'Kill shells': action kill is carried out by the kernel, on bait files" in err
+
+
+def test_a_bait_that_cannot_be_planted_exits_2(capsys, tmp_path):
+    rules = tmp_path / "baits.yaml"
+    rules.write_text(f'- bait: lost\n  paths: ["{tmp_path}/no/such/dir/{BAIT_NAME}"]\n')
+    rc, _, err = ek(capsys, "detect", "run", "--rules", str(rules))
+    assert rc == 2
+    assert f"bait 'lost' ({rules}:1): cannot plant" in err and "no directory" in err
