@@ -10,6 +10,9 @@
         inherit: true        # children (fork/exec) are trusted too
     processes:
       - /usr/sbin/sshd       # cannot be killed, ptraced, or have /proc/PID/mem written
+    baits:                   # rules files of `ebpfkit detect`: their `- bait:` files are
+      - /etc/ebpfkit/baits.yaml   # protected as `protect:` entries (start the guard after detect,
+                                  # which plants them)
     log:                     # the agent's own log, rotated by size (default: the
       size: 10M              # --log-size and --log-backup given to `guard start`)
       backups: 3
@@ -25,12 +28,13 @@ import yaml
 
 from ..output.sizes import parse_size
 from .loader import PolicyError, load_yaml, node_line, read_text
+from .rules import read_baits
 
 # bit per operation; the same values are in ebpfkit/tools/guard/guard.h
 OPERATIONS = {"write": 1, "unlink": 2, "rename": 4, "link": 8, "setattr": 16, "read": 32, "exec": 64}
 DEFAULT_DENY = ("write", "unlink", "rename", "link", "setattr")
 MODES = ("enforce", "audit")
-TOP_KEYS = ("mode", "protect", "trust", "processes", "log")
+TOP_KEYS = ("mode", "protect", "trust", "processes", "baits", "log")
 
 
 @dataclass(frozen=True)
@@ -170,6 +174,11 @@ class _Parser:
                     raise self.error(fields["deny"][1], "deny must list at least one operation")
                 deny = tuple(ops)
             policy.protect.append(ProtectRule(path, deny, node_line(item)))
+        for item in self.sequence(top["baits"][1], "baits") if "baits" in top else []:
+            rules_file = self.path(item, "a baits rules file")
+            for bait in read_baits(rules_file):
+                policy.protect.extend(ProtectRule(os.path.normpath(p), DEFAULT_DENY, node_line(item))
+                                      for p in bait.paths)
         for item in self.sequence(top["trust"][1], "trust") if "trust" in top else []:
             path, fields = self.entry(item, "trust", ("path", "inherit"))
             inherit = self.boolean(fields["inherit"][1], "inherit") if "inherit" in fields else False
@@ -184,7 +193,7 @@ class _Parser:
             if "backups" in fields:
                 policy.log_backups = self.count(fields["backups"][1], "log backups")
         if not policy.protect and not policy.processes:
-            raise self.error(root, "the policy protects nothing: add 'protect:' or 'processes:' entries")
+            raise self.error(root, "the policy protects nothing: add 'protect:', 'processes:' or 'baits:' entries")
         return policy
 
 

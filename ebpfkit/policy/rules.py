@@ -178,11 +178,21 @@ def parse_rules(text: str, source: str = "<rules>", fields: Mapping[str, FieldSp
     return ruleset.compile()
 
 
-class _Reader:
-    """One file's items into the rule set, checked for shape (conditions are the compiler's)."""
+def read_baits(path: str) -> list[Bait]:
+    """The ``- bait:`` items of one rules file, alone: what another reader (the guard, which
+    denies changes to them) needs of it. Its rules, lists and macros are not read (they may
+    extend the built-in ones of the detector, which this reader does not have)."""
+    ruleset = RuleSet()
+    _Reader(path, ruleset, only=("bait",)).read(read_text(path, "the rules file"))
+    return list(ruleset.baits.values())
 
-    def __init__(self, source: str, ruleset: RuleSet):
-        self.source, self.ruleset = source, ruleset
+
+class _Reader:
+    """One file's items into the rule set, checked for shape (conditions are the compiler's);
+    ``only``: the kinds of item to read, the others skipped."""
+
+    def __init__(self, source: str, ruleset: RuleSet, only: tuple[str, ...] = KINDS):
+        self.source, self.ruleset, self.only = source, ruleset, only
 
     def at(self, node) -> _Where:
         return _Where(self.source, node_line(node))
@@ -206,6 +216,8 @@ class _Reader:
                     continue
                 raise self.error(f"an item must be a rule, a macro, a list or a bait; found "
                                  f"{', '.join(keys) or 'nothing'}", item)
+            if kind not in self.only:
+                continue
             unknown = sorted(set(keys) - _KEYS[kind])
             if unknown:
                 raise self.error(f"{kind} {self._scalar(keys[kind][1], kind)!r}: unknown key {unknown[0]!r} "
@@ -477,4 +489,5 @@ def _quote(value: str) -> str:
     return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-__all__ = ["ACTIONS", "PRIORITIES", "Bait", "FieldSpec", "Rule", "RuleSet", "load_rules", "parse_rules"]
+__all__ = ["ACTIONS", "PRIORITIES", "Bait", "FieldSpec", "Rule", "RuleSet", "load_rules", "parse_rules",
+           "read_baits"]

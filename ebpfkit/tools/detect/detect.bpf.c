@@ -27,6 +27,8 @@
 #define O_ACCMODE 00000003
 #define O_TRUNC 00001000
 #define SIGKILL 9
+#define EPERM 1
+#define EACCES 13
 
 EK_RINGBUF(events, 4 * 1024 * 1024);
 EK_EXPORT_TYPE(struct detect_event);
@@ -469,6 +471,14 @@ static __always_inline int open_done(long ret)
 		return 0;
 	copy = *pending;
 	bpf_map_delete_elem(&pending_opens, &tid);
+	if (ret == -EPERM || ret == -EACCES) {
+		/* denied (by the guard's LSM programs, or by permissions): no file to key it by, so
+		 * by its name; the attempt is what tells ransomware, whatever stopped it */
+		bait = bait_named((const char *)copy.path);
+		if (bait)
+			bait_touched(bait, copy.call, (__s32)ret, copy.flags, 0, 0, (const char *)copy.path, NULL);
+		return 0;
+	}
 	if (ret < 0 || !(bait = bait_open_as((int)ret, &key)))
 		return 0;
 	bait_touched(bait, copy.call, (__s32)ret, copy.flags, key.dev, key.ino, (const char *)copy.path, NULL);

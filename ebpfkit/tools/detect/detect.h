@@ -76,7 +76,8 @@ struct detect_event {
 	char comm[16];
 	__u8 stdio[3];              /* enum detect_fd_kind of fds 0, 1, 2 when it happened */
 	__u8 fd_kind;               /* connect: the socket's kind; dup: the duplicated fd's */
-	__s32 fd;                   /* connect: the socket; dup: the new fd (0-2); file: open's result, ftruncate's fd */
+	__s32 fd;                   /* connect: the socket; dup: the new fd (0-2); file: open's result (a
+				     * negative errno when it failed), ftruncate's fd, else -1 */
 	__s32 oldfd;                /* dup: the fd duplicated */
 	__u32 call;                 /* dup: enum detect_dup_call; file: enum detect_file_call */
 	__u16 family;               /* connect: AF_INET or AF_INET6 */

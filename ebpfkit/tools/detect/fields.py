@@ -8,6 +8,7 @@ when it happened). Values are computed when a rule reads them: most events are d
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import os
 from collections.abc import Mapping
@@ -55,6 +56,7 @@ FIELDS: dict[str, FieldSpec] = {
     "evt.arg.newpath": S("str", doc="rename of a bait file: the new path"),
     "evt.arg.flags": S("int", doc="open of a bait file: its flags"),
     "evt.killed": S("str", doc="a bait file's event: true when the kernel sent the process SIGKILL"),
+    "evt.res": S("str", doc="open of a bait file: SUCCESS, or the error it failed with (EPERM: denied)"),
     "socket.ino": S("int", doc="the network socket involved, by inode: connect's, the one duplicated, or the "
                                "first on the process's stdio (shared by every process it was passed to)"),
 }
@@ -158,6 +160,13 @@ def _fd_name(f: EventFields):
     return _bait(f, "path")
 
 
+def _res(f: EventFields):
+    ev = f.event
+    if ev.kind != FILE or ev.call > 4:  # only the open calls are seen at their exit
+        return None
+    return "SUCCESS" if ev.fd >= 0 else errno.errorcode.get(-ev.fd, str(-ev.fd))
+
+
 def _file(f: EventFields, value):
     return value if f.event.kind == FILE else None
 
@@ -181,6 +190,7 @@ def _cmdline(f: EventFields):
 
 def _fd(f: EventFields, value):
     return value if f.event.kind in (CONNECT, DUP) or f.event.kind == FILE and value >= 0 else None
+
 
 
 _GETTERS = {
@@ -212,5 +222,6 @@ _GETTERS = {
     "evt.arg.newpath": lambda f: _file(f, _newpath(f.event) or None),
     "evt.arg.flags": lambda f: f.event.flags if f.event.kind == FILE and f.event.call <= 4 else None,
     "evt.killed": lambda f: _file(f, "true" if f.event.killed else "false"),
+    "evt.res": _res,
     "socket.ino": lambda f: f.event.socket_ino or None,
 }

@@ -32,6 +32,25 @@ def test_full_policy():
     assert [r.path for r in p.processes] == ["/usr/sbin/sshd"]
 
 
+def test_baits_of_a_detect_rules_file_are_protected(tmp_path):
+    rules = tmp_path / "baits.yaml"
+    rules.write_text("- list: shell_binaries\n  items: [fish]\n  append: true\n"   # detect's own list
+                     "- bait: shares\n  paths: [/srv/a/!0.docx, /srv/b//!0.docx]\n")
+    p = parse_guard_policy(f"mode: enforce\nbaits:\n  - {rules}\n")
+    assert [(r.path, r.deny, r.line) for r in p.protect] == [("/srv/a/!0.docx", DEFAULT_DENY, 3),
+                                                            ("/srv/b/!0.docx", DEFAULT_DENY, 3)]
+
+
+def test_a_bad_baits_file_is_an_error_naming_it(tmp_path):
+    rules = tmp_path / "baits.yaml"
+    rules.write_text("- bait: shares\n  paths: [relative.docx]\n")
+    with pytest.raises(PolicyError) as err:
+        parse_guard_policy(f"baits: [{rules}]\n")
+    assert str(err.value).startswith(f"{rules}:2: ")
+    with pytest.raises(PolicyError, match="cannot read"):
+        parse_guard_policy(f"baits: [{tmp_path}/missing.yaml]\n")
+
+
 def test_defaults_and_normalised_paths():
     p = parse_guard_policy("protect: [/etc//x/../hostname]\n")
     assert p.mode == "enforce" and p.protect[0].path == "/etc/hostname"

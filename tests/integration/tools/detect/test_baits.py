@@ -248,3 +248,26 @@ def test_a_bait_that_cannot_be_planted_exits_2(capsys, tmp_path):
     rc, _, err = ek(capsys, "detect", "run", "--rules", str(rules))
     assert rc == 2
     assert f"bait 'lost' ({rules}:1): cannot plant" in err and "no directory" in err
+
+
+def test_a_denied_open_is_reported_and_killed_all_the_same(tmp_path):
+    """An open the kernel refuses (here by permissions; in the VM by the guard's LSM programs)
+    leaves no file to key the bait by: it is matched by name, with the error."""
+    import shutil
+    import tempfile
+
+    share = tempfile.mkdtemp(prefix="ebpfkit-test-baits-")  # pytest's tmp_path is closed to others
+    try:
+        os.chmod(share, 0o755)
+        bait = os.path.join(share, BAIT_NAME)
+        rules = tmp_path / "baits.yaml"
+        rules.write_text(f'- bait: one\n  paths: ["{bait}"]\n')
+        with detect.open(rules=(str(rules),)) as session:
+            run = subprocess.run(["/usr/bin/python3", "-c", f"open({bait!r}, 'r+b')"], user=65534, capture_output=True,
+                                 timeout=30)
+            alerts = alerts_of(session, BAIT_RULE)
+    finally:
+        shutil.rmtree(share)
+    assert run.returncode == -signal.SIGKILL, run.stderr
+    assert [(a.event["evt.res"], a.event["evt.killed"], a.event["fd.name"], a.event["user.uid"]) for a in alerts] == [
+        ("EACCES", "true", bait, 65534)]
