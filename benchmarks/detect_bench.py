@@ -1,12 +1,16 @@
-"""`ebpfkit detect run` (the built-in rules) against nothing, on three loops:
+"""`ebpfkit detect run` (the built-in rules, and three bait files) against nothing, on five loops:
 
     sudo .venv/bin/python benchmarks/detect_bench.py [--runs 5]
 
 Each round runs the loops of detect_loop.c bare and with `detect run` attached, in alternating
 order: fork+exec of /bin/true (each an event); a refused TCP connect() on loopback, which the
 kernel drops unbuilt (no built-in rule wants a connect on fd 3 by a non-shell); the same with
-the socket on fd 0 (each an event, and a reverse-shell alert, rate-limited); and open+close of
-a file (no event: what the syscall tracepoints' slow path costs every syscall).
+the socket on fd 0 (each an event, and a reverse-shell alert, rate-limited); open+close of a
+file for reading (no event: what the syscall tracepoints' slow path costs every syscall); and
+open+close of a file for writing, which the bait programs follow from the open's entry to its
+exit, where the file is looked up among the baits (no event: it is not one). With baits
+declared (as here) the open, creat, truncate, rename and unlink tracepoints are attached;
+without, they are not.
 Targets (issue 22): each loop <= 1.10x bare; no event lost at the fastest exec and connect
 rates this machine reaches (the loops run flat out); start-up (spawn to the banner) <= 0.5 s.
 """
@@ -28,22 +32,32 @@ sys.path.insert(0, str(HERE))
 
 from _common import REPO, build_c, median  # noqa: E402
 
-LOOPS = {"exec": 2000, "connect": 50000, "connect0": 50000, "open": 200000}
+LOOPS = {"exec": 2000, "connect": 50000, "connect0": 50000, "open": 200000, "openw": 200000}
 RATIO_TARGET, START_TARGET = 1.10, 0.5
 
 
-def run_loop(exe: Path, kind: str, n: int) -> float:
-    return float(subprocess.run([str(exe), kind, str(n)], capture_output=True, text=True, check=True).stdout)
+def run_loop(exe: Path, kind: str, n: int, target: Path) -> float:
+    return float(subprocess.run([str(exe), kind, str(n), str(target)], capture_output=True, text=True,
+                                check=True).stdout)
+
+
+def bait_rules(tmp: Path) -> Path:
+    """Three baits in a directory of their own (planted by detect)."""
+    share = tmp / "share"
+    share.mkdir()
+    rules = tmp / "baits.yaml"
+    rules.write_text("- bait: bench\n  paths: [" + ", ".join(f'"{share}/!000{i}-bait.docx"' for i in range(3)) + "]\n")
+    return rules
 
 
 class Detect:
     """`ebpfkit --format json detect run`, from spawn to its banner (the start-up time)."""
 
-    def __init__(self):
+    def __init__(self, rules: Path):
         python = REPO / ".venv" / "bin" / "python"
         started = time.monotonic()
         self.proc = subprocess.Popen([str(python if python.exists() else sys.executable), "-m", "ebpfkit",
-                                      "--format", "json", "detect", "run"], cwd=REPO, text=True,
+                                      "--format", "json", "detect", "run", "--rules", str(rules)], cwd=REPO, text=True,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ, NO_COLOR="1"))
         for line in self.proc.stderr:
             if "Hit Ctrl-C" in line:
@@ -71,23 +85,25 @@ def main(argv=None) -> int:
     starts, lost_alerts, lost_reported = [], 0, []
     with tempfile.TemporaryDirectory(prefix="ebpfkit-detect-bench-") as tmp:
         exe = build_c(HERE / "detect_loop.c", Path(tmp) / "detect_loop")
+        rules, target = bait_rules(Path(tmp)), Path(tmp) / "written"
+        target.write_bytes(b"")
         for kind, n in LOOPS.items():
-            run_loop(exe, kind, n // 10)  # warm
+            run_loop(exe, kind, n // 10, target)  # warm
         for run in range(args.runs):
             tool = None
             for traced_first in ((False, True) if run % 2 == 0 else (True, False)):
                 if traced_first:
-                    tool = Detect()
+                    tool = Detect(rules)
                     starts.append(tool.start_s)
                 for kind, n in LOOPS.items():
-                    (traced if traced_first else bare)[kind].append(run_loop(exe, kind, n))
+                    (traced if traced_first else bare)[kind].append(run_loop(exe, kind, n, target))
                 if traced_first:
                     alerts, err = tool.stop()
                     lost_alerts += sum(a["rule"] == "Events lost" for a in alerts)
                     lost_reported += [line for line in err.splitlines() if "lost" in line]
             print(f"round {run + 1}/{args.runs} ({time.monotonic() - started:.0f} s): " + ", ".join(
                 f"{k} {bare[k][-1]:.0f}/{traced[k][-1]:.0f} ns" for k in LOOPS), flush=True)
-    print(f"\ndetect run (built-in rules) vs bare, {args.runs} rounds; kernel {os.uname().release}; "
+    print(f"\ndetect run (built-in rules, 3 baits) vs bare, {args.runs} rounds; kernel {os.uname().release}; "
           f"medians of rounds, ns per operation")
     for kind in LOOPS:
         ratio = median(traced[kind]) / median(bare[kind])

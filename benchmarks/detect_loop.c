@@ -4,7 +4,9 @@
  *                           event, without a peer's accept in the way)
  *   detect_loop connect0 N  the same with the socket on fd 0, as a reverse shell's: every one
  *                           is an event the built-in rules want (and an alert, rate-limited)
- *   detect_loop open N      open() + close() of /etc/hostname */
+ *   detect_loop open N      open() + close() of /etc/hostname
+ *   detect_loop openw N F   open(F, O_WRONLY) + close(): an open that may change a file, which
+ *                           the bait programs follow from its entry to its exit */
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -29,7 +31,7 @@ int main(int argc, char **argv)
 	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(1)};
 	long long start;
 
-	if (argc < 2)
+	if (argc < 2 || (!strcmp(argv[1], "openw") && argc < 4))
 		return 2;
 	inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
 	start = now_ns();
@@ -51,6 +53,8 @@ int main(int argc, char **argv)
 
 			connect(s, (struct sockaddr *)&a, sizeof(a));
 			close(s);
+		} else if (!strcmp(argv[1], "openw")) {
+			close(open(argv[3], O_WRONLY));
 		} else {
 			close(open("/etc/hostname", O_RDONLY));
 		}

@@ -192,7 +192,6 @@ def _fd(f: EventFields, value):
     return value if f.event.kind in (CONNECT, DUP) or f.event.kind == FILE and value >= 0 else None
 
 
-
 _GETTERS = {
     "evt.type": _evt_type,
     "evt.time": lambda f: f.wall_ns,

@@ -11,8 +11,8 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -27,36 +27,7 @@ pytestmark = [
 BAIT_RULE = "Bait file touched"
 BAIT_NAME = "!0000-budget.xlsx"   # sorts before the files beside it
 
-# Walks DIR in sorted order (as many do); per file, as MODE says: "in-place" opens it r+b,
-# writes it back "encrypted" and renames it .locked; "rename-first" renames, then encrypts;
-# "copy-unlink" writes FILE.locked and removes FILE. Prints each path before touching it.
-SIMULATOR = textwrap.dedent("""
-    import os, sys
-    mode, top = sys.argv[1], sys.argv[2]
-    for root, dirs, files in os.walk(top):
-        dirs.sort()
-        for name in sorted(files):
-            path = os.path.join(root, name)
-            print(path, flush=True)
-            if mode == "in-place":
-                with open(path, "r+b") as f:
-                    data = f.read()
-                    f.seek(0)
-                    f.write(bytes(b ^ 0x5A for b in data))
-                os.rename(path, path + ".locked")
-            elif mode == "rename-first":
-                os.rename(path, path + ".locked")
-                with open(path + ".locked", "r+b") as f:
-                    data = f.read()
-                    f.seek(0)
-                    f.write(bytes(b ^ 0x5A for b in data))
-            else:
-                with open(path, "rb") as f:
-                    data = f.read()
-                with open(path + ".locked", "wb") as f:
-                    f.write(bytes(b ^ 0x5A for b in data))
-                os.unlink(path)
-""")
+SIMULATOR = Path(__file__).parents[3] / "ransomware.py"
 
 
 def fill(top) -> dict[str, str]:
@@ -105,11 +76,9 @@ def alerts_of(session, rule: str, seconds: float = 1.0) -> list:
 def test_ransomware_is_killed_at_the_first_bait(tmp_path, mode):
     top = tmp_path / "share"
     real = fill(top)
-    script = tmp_path / "simulator.py"
-    script.write_text(SIMULATOR)
     with detect.open(rules=(rules_for(tmp_path, top),)) as session:
         assert len(session.baits) == 3 and all(b.planted for b in session.baits)
-        run = subprocess.run([sys.executable, str(script), mode, str(top)], capture_output=True, text=True,
+        run = subprocess.run([sys.executable, str(SIMULATOR), mode, str(top)], capture_output=True, text=True,
                              timeout=60)
         alerts = alerts_of(session, BAIT_RULE)
     assert run.returncode == -signal.SIGKILL, run.stdout + run.stderr
@@ -128,10 +97,8 @@ def test_ransomware_is_killed_at_the_first_bait(tmp_path, mode):
 def test_ransomware_pid_and_process_are_named(tmp_path):
     top = tmp_path / "share"
     fill(top)
-    script = tmp_path / "simulator.py"
-    script.write_text(SIMULATOR)
     with detect.open(rules=(rules_for(tmp_path, top),)) as session:
-        proc = subprocess.Popen([sys.executable, str(script), "in-place", str(top)], stdout=subprocess.PIPE)
+        proc = subprocess.Popen([sys.executable, str(SIMULATOR), "in-place", str(top)], stdout=subprocess.PIPE)
         proc.communicate(timeout=60)
         alerts = alerts_of(session, BAIT_RULE)
     assert proc.returncode == -signal.SIGKILL
