@@ -17,7 +17,7 @@ from ...errors import ConfigError
 from ...sysinfo.files import inode_of
 
 BAIT_BYTES = 48 * 1024   # enough to look like a document worth encrypting
-NAME_LEN = 63            # DETECT_NAME_LEN - 1: the kernel keys names cut there
+NAME_LEN = 63            # DETECT_NAME_LEN - 1: the kernel keys a longer name by its last 63 bytes
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class BaitFile:
     @property
     def name_key(self) -> bytes:
         """Its file name as the bait_names map keys it."""
-        return os.path.basename(self.path).encode()[:NAME_LEN]
+        return os.path.basename(self.path).encode()[-NAME_LEN:]
 
 
 class Known:

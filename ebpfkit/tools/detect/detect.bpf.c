@@ -25,6 +25,8 @@
 #define F_DUPFD 0
 #define F_DUPFD_CLOEXEC 1030
 #define O_ACCMODE 00000003
+#define O_WRONLY 00000001
+#define O_CREAT 00000100
 #define O_TRUNC 00001000
 #define SIGKILL 9
 #define EPERM 1
@@ -349,20 +351,6 @@ struct {
 	__type(value, struct detect_bait);
 } bait_names SEC(".maps");
 
-/* An open for writing, between its entry and its exit (where the file is known). */
-struct pending_open {
-	__u64 path;   /* the user pointer to the path the call named */
-	__u32 call;
-	__u32 flags;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 4096);
-	__type(key, __u32); /* tid */
-	__type(value, struct pending_open);
-} pending_opens SEC(".maps");
-
 struct name_scratch {
 	char path[DETECT_PATH_LEN];
 	char name[DETECT_NAME_LEN];
@@ -375,20 +363,25 @@ struct {
 	__type(value, struct name_scratch);
 } name_scratch SEC(".maps");
 
-/* The bait whose file name ends the user path ``upath``, or NULL. */
-static __always_inline struct detect_bait *bait_named(const char *upath)
+/* The id of the bait whose file name ends the user path ``upath``, or -1. A global function:
+ * the verifier walks its loop once, not at each of its callers (10 programs: 0.3 s at load). */
+__noinline int bait_named(__u64 upath)
 {
 	__u32 zero = 0;
 	struct name_scratch *s = bpf_map_lookup_elem(&name_scratch, &zero);
+	struct detect_bait *bait;
 	long n, len;
 	int start = 0;
 
 	if (!s || !upath)
-		return NULL;
-	n = bpf_probe_read_user_str(s->path, sizeof(s->path), upath);
+		return -1;
+	n = bpf_probe_read_user_str(s->path, sizeof(s->path), (const void *)upath);
 	if (n <= 1)
-		return NULL;
-	for (int k = 0; k < DETECT_PATH_LEN; k++) { /* back from the end: the verifier's paths stay few */
+		return -1;
+	/* the name's last DETECT_NAME_LEN - 1 bytes at most: back from the end to a '/', no
+	 * further (a short loop is a quick verification, and the map keys the names so) */
+	start = n - DETECT_NAME_LEN > 0 ? n - DETECT_NAME_LEN : 0;
+	for (int k = 0; k < DETECT_NAME_LEN; k++) {
 		int i = n - 2 - k;
 
 		if (i < 0)
@@ -400,16 +393,17 @@ static __always_inline struct detect_bait *bait_named(const char *upath)
 	}
 	len = n - 1 - start; /* n counts the NUL */
 	if (len <= 0)
-		return NULL;
+		return -1;
 	if (len > DETECT_NAME_LEN - 1)
 		len = DETECT_NAME_LEN - 1;
 	__builtin_memset(s->name, 0, sizeof(s->name));
 	bpf_probe_read_kernel(s->name, len, s->path + (start & (DETECT_PATH_LEN - 1)));
-	return bpf_map_lookup_elem(&bait_names, s->name);
+	bait = bpf_map_lookup_elem(&bait_names, s->name);
+	return bait ? (int)bait->id : -1;
 }
 
 /* Kill the caller if the rules say so for ``call``, then report the touch. */
-static __always_inline void bait_touched(struct detect_bait *bait, __u32 call, __s32 fd, __u32 flags,
+static __always_inline void bait_touched(__u32 bait_id, __u32 call, __s32 fd, __u32 flags,
 					 __u64 dev, __u64 ino, const char *upath, const char *unewpath)
 {
 	struct detect_event *ev;
@@ -425,7 +419,7 @@ static __always_inline void bait_touched(struct detect_bait *bait, __u32 call, _
 	ev->flags = flags;
 	ev->dev = dev;
 	ev->ino = ino;
-	ev->bait_id = bait->id;
+	ev->bait_id = bait_id;
 	ev->killed = killed;
 	ev->by_name = !ino;
 	if (upath)
@@ -433,16 +427,6 @@ static __always_inline void bait_touched(struct detect_bait *bait, __u32 call, _
 	if (unewpath)
 		bpf_probe_read_user_str(ev->args, sizeof(ev->args), unewpath);
 	submit(ev);
-}
-
-static __always_inline int open_entered(const char *upath, __u32 call, __u32 flags)
-{
-	struct pending_open pending = {.path = (__u64)upath, .call = call, .flags = flags};
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-
-	if ((flags & O_ACCMODE) || (flags & O_TRUNC) || call == FC_CREAT) /* it may change the file */
-		bpf_map_update_elem(&pending_opens, &tid, &pending, BPF_ANY);
-	return 0;
 }
 
 /* The bait open as the caller's fd ``fd`` (its key into ``*key``), or NULL. */
@@ -459,81 +443,68 @@ static __always_inline struct detect_bait *bait_open_as(int fd, struct detect_ba
 	return bpf_map_lookup_elem(&baits, key);
 }
 
-static __always_inline int open_done(long ret)
+/* At an open's exit (where the file is known), from the arguments still in the saved user
+ * registers: one program a call, no entry program and no map between them. */
+static __always_inline int open_done(struct trace_event_raw_sys_exit *ctx, __u32 call)
 {
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	struct pending_open *pending = bpf_map_lookup_elem(&pending_opens, &tid);
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
 	struct detect_bait_key key = {};
-	struct pending_open copy;
 	struct detect_bait *bait;
+	const char *upath;
+	long ret = ctx->ret;
+	__u64 flags = 0;
+	int id;
 
-	if (!pending)
+	if (ret < 0 && ret != -EPERM && ret != -EACCES)
 		return 0;
-	copy = *pending;
-	bpf_map_delete_elem(&pending_opens, &tid);
-	if (ret == -EPERM || ret == -EACCES) {
+	if (call == FC_OPEN || call == FC_CREAT) {
+		upath = (const char *)PT_REGS_PARM1_SYSCALL(regs);
+		flags = call == FC_OPEN ? PT_REGS_PARM2_SYSCALL(regs) : O_CREAT | O_WRONLY | O_TRUNC; /* creat's */
+	} else {
+		upath = (const char *)PT_REGS_PARM2_SYSCALL(regs);
+		if (call == FC_OPENAT)
+			flags = PT_REGS_PARM3_SYSCALL(regs);
+		else /* openat2: struct open_how's first field */
+			bpf_probe_read_user(&flags, sizeof(flags), (void *)PT_REGS_PARM3_SYSCALL(regs));
+	}
+	if (!(flags & O_ACCMODE) && !(flags & O_TRUNC))
+		return 0; /* it cannot change the file */
+	if (ret < 0) {
 		/* denied (by the guard's LSM programs, or by permissions): no file to key it by, so
 		 * by its name; the attempt is what tells ransomware, whatever stopped it */
-		bait = bait_named((const char *)copy.path);
-		if (bait)
-			bait_touched(bait, copy.call, (__s32)ret, copy.flags, 0, 0, (const char *)copy.path, NULL);
+		id = bait_named((__u64)upath);
+		if (id >= 0)
+			bait_touched(id, call, (__s32)ret, (__u32)flags, 0, 0, upath, NULL);
 		return 0;
 	}
-	if (ret < 0 || !(bait = bait_open_as((int)ret, &key)))
-		return 0;
-	bait_touched(bait, copy.call, (__s32)ret, copy.flags, key.dev, key.ino, (const char *)copy.path, NULL);
+	bait = bait_open_as((int)ret, &key);
+	if (bait)
+		bait_touched(bait->id, call, (__s32)ret, (__u32)flags, key.dev, key.ino, upath, NULL);
 	return 0;
-}
-
-SEC("tp/syscalls/sys_enter_openat")
-int detect_openat(struct trace_event_raw_sys_enter *ctx)
-{
-	return open_entered((const char *)ctx->args[1], FC_OPENAT, (__u32)ctx->args[2]);
 }
 
 SEC("tp/syscalls/sys_exit_openat")
 int detect_openat_exit(struct trace_event_raw_sys_exit *ctx)
 {
-	return open_done(ctx->ret);
-}
-
-SEC("tp/syscalls/sys_enter_open")
-int detect_open(struct trace_event_raw_sys_enter *ctx)
-{
-	return open_entered((const char *)ctx->args[0], FC_OPEN, (__u32)ctx->args[1]);
+	return open_done(ctx, FC_OPENAT);
 }
 
 SEC("tp/syscalls/sys_exit_open")
 int detect_open_exit(struct trace_event_raw_sys_exit *ctx)
 {
-	return open_done(ctx->ret);
-}
-
-SEC("tp/syscalls/sys_enter_creat")
-int detect_creat(struct trace_event_raw_sys_enter *ctx)
-{
-	return open_entered((const char *)ctx->args[0], FC_CREAT, 0);
+	return open_done(ctx, FC_OPEN);
 }
 
 SEC("tp/syscalls/sys_exit_creat")
 int detect_creat_exit(struct trace_event_raw_sys_exit *ctx)
 {
-	return open_done(ctx->ret);
-}
-
-SEC("tp/syscalls/sys_enter_openat2")
-int detect_openat2(struct trace_event_raw_sys_enter *ctx)
-{
-	__u64 flags = 0;
-
-	bpf_probe_read_user(&flags, sizeof(flags), (void *)ctx->args[2]); /* struct open_how's first */
-	return open_entered((const char *)ctx->args[1], FC_OPENAT2, (__u32)flags);
+	return open_done(ctx, FC_CREAT);
 }
 
 SEC("tp/syscalls/sys_exit_openat2")
 int detect_openat2_exit(struct trace_event_raw_sys_exit *ctx)
 {
-	return open_done(ctx->ret);
+	return open_done(ctx, FC_OPENAT2);
 }
 
 SEC("tp/syscalls/sys_enter_ftruncate")
@@ -543,19 +514,19 @@ int detect_ftruncate(struct trace_event_raw_sys_enter *ctx)
 	struct detect_bait *bait = bait_open_as((int)ctx->args[0], &key);
 
 	if (bait)
-		bait_touched(bait, FC_FTRUNCATE, (int)ctx->args[0], 0, key.dev, key.ino, NULL, NULL);
+		bait_touched(bait->id, FC_FTRUNCATE, (int)ctx->args[0], 0, key.dev, key.ino, NULL, NULL);
 	return 0;
 }
 
 /* The calls that name a path, not an open file: matched by the bait's file name. */
 static __always_inline int named(const char *upath, const char *unewpath, __u32 call)
 {
-	struct detect_bait *bait = bait_named(upath);
+	int id = bait_named((__u64)upath);
 
-	if (!bait && unewpath)
-		bait = bait_named(unewpath); /* renamed over a bait: its content is gone too */
-	if (bait)
-		bait_touched(bait, call, -1, 0, 0, 0, upath, unewpath);
+	if (id < 0 && unewpath)
+		id = bait_named((__u64)unewpath); /* renamed over a bait: its content is gone too */
+	if (id >= 0)
+		bait_touched(id, call, -1, 0, 0, 0, upath, unewpath);
 	return 0;
 }
 

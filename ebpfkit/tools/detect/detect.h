@@ -6,7 +6,7 @@
 #define DETECT_ANCESTORS 4   /* parents recorded with each event: proc.aname[1..4] */
 #define DETECT_PATH_LEN 256
 #define DETECT_ARGS_LEN 256  /* argv, NUL-separated, cut here */
-#define DETECT_NAME_LEN 64   /* a bait's file name, as bait_names keys it (longer names cut) */
+#define DETECT_NAME_LEN 64   /* a bait's file name, as bait_names keys it (longer: its last 63 bytes) */
 
 enum detect_kind {
 	DK_EXEC = 1,    /* a process image replaced (sched_process_exec) */

@@ -36,12 +36,12 @@ from .fields import EXEC, FIELDS, FILE_CALLS, EventFields
 PROGRAM = os.path.join(os.path.dirname(__file__), "detect.bpf.c")
 BUILTIN_RULES = os.path.join(os.path.dirname(__file__), "builtin_rules.yaml")
 HOOK = "raw tracepoint sched_process_exec, syscall tracepoints connect/dup/dup2/dup3/fcntl"
-FILE_HOOK = "and, for bait files, open/openat/openat2/creat (entry and exit), ftruncate, truncate, rename*, unlink*"
+FILE_HOOK = "and, for bait files, the exits of open/openat/openat2/creat, ftruncate, truncate, rename*, unlink*"
 LOST_RULE = "Events lost"
 ACTIONS = ("alert", "kill")
 # the BPF programs of each file call, and the syscall they hook (missing on some architectures)
-FILE_PROGRAMS = {"open": ("detect_open", "detect_open_exit"), "openat": ("detect_openat", "detect_openat_exit"),
-                 "openat2": ("detect_openat2", "detect_openat2_exit"), "creat": ("detect_creat", "detect_creat_exit"),
+FILE_PROGRAMS = {"open": ("detect_open_exit",), "openat": ("detect_openat_exit",),
+                 "openat2": ("detect_openat2_exit",), "creat": ("detect_creat_exit",),
                  "truncate": ("detect_truncate",), "ftruncate": ("detect_ftruncate",), "rename": ("detect_rename",),
                  "renameat": ("detect_renameat",), "renameat2": ("detect_renameat2",), "unlink": ("detect_unlink",),
                  "unlinkat": ("detect_unlinkat",)}
