@@ -57,7 +57,7 @@ class Detect:
     def __init__(self, rules: Path | None):
         python = REPO / ".venv" / "bin" / "python"
         started = time.monotonic()
-        extra = ["--rules", str(rules)] if rules else []
+        extra = ["--no-alert-log", *(["--rules", str(rules)] if rules else [])]
         self.proc = subprocess.Popen([str(python if python.exists() else sys.executable), "-m", "ebpfkit",
                                       "--format", "json", "detect", "run", *extra], cwd=REPO, text=True,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ, NO_COLOR="1"))

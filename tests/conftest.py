@@ -32,11 +32,26 @@ SESSION_MARK = "EBPFKIT_TEST_SESSION"
 NEEDS_ROOT = "needs root: loads BPF programs into the kernel"
 PIN_ROOT = "/sys/fs/bpf/ebpfkit"
 _LEAKS = pytest.StashKey[dict]()
+_ALERTS_DIR = pytest.StashKey[str]()
 
 
 def pytest_configure(config):
+    # `detect run` keeps its alerts in /var/log/ebpfkit by default: not the suite's ones
+    if "EBPFKIT_DETECT_LOG" not in os.environ:
+        import tempfile
+
+        config.stash[_ALERTS_DIR] = tempfile.mkdtemp(prefix="ebpfkit-test-alerts-")
+        os.environ["EBPFKIT_DETECT_LOG"] = os.path.join(config.stash[_ALERTS_DIR], "detect.log")
     config.addinivalue_line("markers", "integration: loads real BPF programs into the host kernel (needs root)")
     config.addinivalue_line("markers", "vm: runs inside a VM kernel booted by ebpfkit's harness")
+
+
+def pytest_unconfigure(config):
+    if _ALERTS_DIR in config.stash:
+        import shutil
+
+        shutil.rmtree(config.stash[_ALERTS_DIR], ignore_errors=True)
+        os.environ.pop("EBPFKIT_DETECT_LOG", None)
 
 
 def pytest_collection_modifyitems(config, items):

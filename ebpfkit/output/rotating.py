@@ -1,13 +1,20 @@
-"""A results file that rotates, for tools with a log file of their own (irqoff's -f): a
-file-like object an ``Output`` writes to, rotated (as logging's RotatingFileHandler does:
-FILE.1 the newest old one, ``backups`` kept) before a line that would take it past
-``max_bytes``. Lines are never split across files. Not through logging itself: its handler
-swallows errors, and a Ctrl-C in the middle of a rotation would leave it writing to a closed
-file; here the next write reopens it."""
+"""Files that rotate, for tools with a log of their own (irqoff's -f, detect's alerts, the
+guard's log): RotatingLines, a file-like object an ``Output`` writes to, rotated (as
+logging's RotatingFileHandler does: FILE.1 the newest old one, ``backups`` kept) before a line
+that would take it past ``max_bytes``, lines never split across files (not through logging
+itself: its handler swallows errors, and a Ctrl-C in the middle of a rotation would leave it
+writing to a closed file; here the next write reopens it); and ``records``, which reads such
+a log of JSON lines back, its rotated files first, following it as it grows if asked."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import time
+from typing import Iterator
+
+FOLLOW_POLL = 0.2
 
 
 class RotatingLines:
@@ -52,3 +59,67 @@ class RotatingLines:
         if self._pending:
             self.write("\n")
         self._file.close()
+
+
+def rotated(path: str) -> list[str]:
+    """The log's files, oldest first: FILE.N ... FILE.1, FILE."""
+    backups = []
+    n = 1
+    while os.path.exists(f"{path}.{n}"):
+        backups.append(f"{path}.{n}")
+        n += 1
+    return [*reversed(backups), path]
+
+
+def records(path: str, follow: bool = False) -> Iterator[dict]:
+    """Every record in the log's files, oldest first; with ``follow``, then the new ones as
+    they come, across rotations (lines rotated away before they were read are lost only when
+    more rotations than kept backups happened meanwhile). A line that is not JSON (cut by a
+    full disk) is skipped."""
+    reading = None  # the inode of the file last read to its end
+    while True:
+        files = rotated(path)
+        inodes = [_inode(name) for name in files]
+        start = inodes.index(reading) + 1 if reading in inodes else 0
+        for name in files[start:-1]:  # rotated files are complete
+            with contextlib.suppress(FileNotFoundError), open(name, encoding="utf-8") as f:
+                yield from _parse(f)
+        try:
+            f = open(path, encoding="utf-8")
+        except FileNotFoundError:
+            if not follow:
+                return
+            time.sleep(FOLLOW_POLL)
+            continue
+        with f:
+            reading = os.fstat(f.fileno()).st_ino
+            while True:
+                at = f.tell()
+                line = f.readline()
+                if line.endswith("\n"):
+                    yield from _parse([line])
+                elif not follow:
+                    yield from _parse([line])
+                    return
+                elif _inode(path) != reading:
+                    f.seek(at)
+                    yield from _parse(f)  # its last lines, written before the rotation
+                    break
+                else:
+                    f.seek(at)  # a line being written: read it whole next time
+                    time.sleep(FOLLOW_POLL)
+
+
+def _inode(path: str) -> int | None:
+    try:
+        return os.stat(path).st_ino
+    except FileNotFoundError:
+        return None
+
+
+def _parse(lines) -> Iterator[dict]:
+    for line in lines:
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            if isinstance(record, dict):
+                yield record

@@ -125,3 +125,19 @@ def test_the_guard_denies_what_detect_kills_for(tmp_path, tmpfs, mode):
     hook = {"in-place": "file_open", "rename-first": "inode_rename"}[mode]
     assert [(d["verdict"], d["hook"], d["pid"]) for d in denials] == [("denied", hook, alerts[0].pid)], denials
     assert not bait.exists(), "detect removed the bait it planted once the guard let it"
+
+
+def test_a_module_load_and_a_fileless_exec_there():
+    """The VM kernels have modules (the host has none: no init_module tracepoints there)."""
+    with detect.open() as session:
+        assert session.missing == []
+        load = subprocess.run([sys.executable, "-c", "import ctypes; "
+                               "print(ctypes.CDLL(None, use_errno=True).syscall(313, -1, b'', 0))"],  # finit_module
+                              capture_output=True, text=True, timeout=60)
+        fileless = subprocess.run([sys.executable, "-c", "import os\nfd = os.memfd_create('payload')\n"
+                                   "os.write(fd, open('/bin/true', 'rb').read())\n"
+                                   "os.execv(f'/proc/self/fd/{fd}', ['payload'])"], timeout=60)
+        alerts = alerts_of(session)
+    assert load.stdout.strip() == "-1" and fileless.returncode == 0
+    rules = sorted(a.rule for a in alerts if a.rule in ("Kernel module loaded directly", "Fileless execution"))
+    assert rules == ["Fileless execution", "Kernel module loaded directly"], alerts

@@ -1,8 +1,10 @@
 """`ebpfkit detect`: run the rules over the kernel's events (run), validate rule files (check),
-list the rules (rules)."""
+list the rules (rules), read the alerts kept (log)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 from datetime import datetime
 
 import click
@@ -10,6 +12,7 @@ import click
 from ...output import Column, Output, ResultTable, tool_options
 from ...output.values import clock_time
 from ..common import build_config, usage_errors
+from . import alertlog
 
 EXAMPLES = """\b
 Examples:
@@ -19,11 +22,20 @@ Examples:
   ebpfkit --format json --log alerts.log detect run   JSON lines, and a rotating log
   ebpfkit detect check local.yaml            validate only (exit 2 with the line of an error)
   ebpfkit detect rules                       every rule, its priority and ATT&CK techniques
+  ebpfkit detect log -f                      the alerts kept, then new ones as they come
 """
 
+ALERT_DATA_KEYS = ["time", "rule", "priority", "techniques", "pid", "container", "process_tree", "signals", "output",
+                   "event", "action"]
 ALERT_COLUMNS = (Column("TIME", key="time", format=lambda t: clock_time(datetime.fromtimestamp(t))),
                  Column("PRIORITY", key="priority", align="left"), Column("RULE", key="rule", align="left"),
                  Column("PID", key="pid"), Column("OUTPUT", key="output", align="left"))
+
+
+def alert_log_option(f):
+    return click.option("--alert-log", metavar="FILE", default=None,
+                        help="The alert log, rotated at 10 MiB, 3 kept (default: $EBPFKIT_DETECT_LOG, else "
+                             "/var/log/ebpfkit/detect.log).")(f)
 
 
 def rules_option(f):
@@ -47,8 +59,10 @@ def detect():
 @click.option("--action", type=click.Choice(["alert", "kill"]), default=None,
               help="alert: kill nothing; kill: every rule on bait files kills from the kernel. Default: "
                    "as each rule's action says.")
+@alert_log_option
+@click.option("--no-alert-log", is_flag=True, help="Keep no alert log.")
 @tool_options
-def run(rules, builtin, action):
+def run(rules, builtin, action, alert_log, no_alert_log):
     """Match the kernel's events against the rules until Ctrl-C; each alert as it is raised.
     Bait files declared in the rules are planted (or adopted) first, and the planted ones
     removed at the end."""
@@ -56,11 +70,26 @@ def run(rules, builtin, action):
 
     config = build_config(Config, rules=tuple(rules), builtin=builtin, action=action)
     out = Output.from_context()
-    out.event_columns(*ALERT_COLUMNS, data_keys=["time", "rule", "priority", "techniques", "pid", "container",
-                                                 "process_tree", "signals", "output", "event"])
-    with usage_errors():  # a bait that cannot be planted
-        session = open_session(config)
-    with session:
+    out.event_columns(*ALERT_COLUMNS, data_keys=ALERT_DATA_KEYS)
+    with usage_errors():  # a bait that cannot be planted, a log that cannot be written
+        log = None if no_alert_log else alertlog.AlertLog(alert_log or alertlog.default_path())
+        try:
+            session = open_session(config)
+        except BaseException:
+            if log:
+                log.close()
+            raise
+    with session, contextlib.ExitStack() as stack:
+        if log:
+            stack.callback(log.close)
+            out.info("alert log: %s", log.path)
+
+        def emit(alert):
+            record = alert.to_dict()
+            out.event(record)
+            if log:
+                log.write(record)
+
         out.info("hook: %s", session.hook)
         for warning in session.warnings:
             out.warning("%s", warning)
@@ -72,13 +101,32 @@ def run(rules, builtin, action):
         try:
             out.banner(f"Detecting with {enabled} rules... Hit Ctrl-C to end.")
             for alert in session.alerts():
-                out.event(alert.to_dict())
+                emit(alert)
         except KeyboardInterrupt:
             for alert in session.poll(0):
-                out.event(alert.to_dict())
+                emit(alert)
         for rule, count in session.suppressed.items():
             out.info("%s: %d more matches held back (rate limit or fused)", rule, count)
         out.lost(session.lost)
+
+
+@detect.command(epilog=EXAMPLES)
+@click.option("-f", "--follow", is_flag=True, help="Keep printing alerts as they are written.")
+@alert_log_option
+@tool_options
+def log(follow, alert_log):
+    """Print the alerts `detect run` kept, oldest first (the rotated files too); with -f, then
+    each new one as it is written. --format json prints each as it was raised."""
+    out = Output.from_context()
+    out.event_columns(*ALERT_COLUMNS, data_keys=ALERT_DATA_KEYS)
+    path = alert_log or alertlog.default_path()
+    if not follow and not os.path.exists(path):
+        raise click.UsageError(f"no alert log at {path} (has `detect run` run here? --alert-log names another)")
+    try:
+        for record in alertlog.read(path, follow=follow):
+            out.event(record)
+    except KeyboardInterrupt:
+        pass
 
 
 @detect.command(epilog=EXAMPLES)

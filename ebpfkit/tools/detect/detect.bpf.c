@@ -195,6 +195,13 @@ int BPF_PROG(detect_exec, struct task_struct *p, pid_t old_pid, struct linux_bin
 	inode = BPF_CORE_READ(bprm, file, f_inode);
 	ev->ino = BPF_CORE_READ(inode, i_ino);
 	ev->dev = BPF_CORE_READ(inode, i_sb, s_dev);
+	if (!BPF_CORE_READ(inode, __i_nlink)) { /* no link: deleted, or a memfd ("memfd:NAME") */
+		char name[6] = {};
+
+		bpf_probe_read_kernel(name, sizeof(name), BPF_CORE_READ(bprm, file, f_path.dentry, d_name.name));
+		ev->exe_memfd = name[0] == 'm' && name[1] == 'e' && name[2] == 'm' && name[3] == 'f' &&
+				name[4] == 'd' && name[5] == ':';
+	}
 	mm = BPF_CORE_READ(p, mm);
 	start = BPF_CORE_READ(mm, arg_start);
 	end = BPF_CORE_READ(mm, arg_end);
@@ -331,6 +338,83 @@ SEC("tp/syscalls/sys_exit_fcntl")
 int detect_fcntl_exit(struct trace_event_raw_sys_exit *ctx)
 {
 	return dup_done(ctx->ret);
+}
+
+/* --- watched calls: privilege, ptrace, module load, BPF program load ---------------------- */
+
+const volatile bool want_privilege = true;
+const volatile bool want_ptrace = true;
+const volatile bool want_module = true;
+const volatile bool want_bpf = true;
+
+#define BPF_PROG_LOAD_CMD 5
+
+/* ``nargs``: the call's arguments, at most 3 read. No more: the kernel refuses to attach a
+ * program that reads past the end of a tracepoint's record (setuid's holds one). */
+static __always_inline int watched(struct trace_event_raw_sys_enter *ctx, __u32 call, int nargs)
+{
+	struct detect_event *ev = new_event(DK_SYSCALL);
+
+	if (!ev)
+		return 0;
+	ev->call = call;
+	ev->fd = -1;
+	ev->arg[0] = ctx->args[0];
+	if (nargs > 1)
+		ev->arg[1] = ctx->args[1];
+	if (nargs > 2)
+		ev->arg[2] = ctx->args[2];
+	submit(ev);
+	return 0;
+}
+
+SEC("tp/syscalls/sys_enter_setuid")
+int detect_setuid(struct trace_event_raw_sys_enter *ctx)
+{
+	return want_privilege ? watched(ctx, SC_SETUID, 1) : 0;
+}
+
+SEC("tp/syscalls/sys_enter_setreuid")
+int detect_setreuid(struct trace_event_raw_sys_enter *ctx)
+{
+	return want_privilege ? watched(ctx, SC_SETREUID, 2) : 0;
+}
+
+SEC("tp/syscalls/sys_enter_setresuid")
+int detect_setresuid(struct trace_event_raw_sys_enter *ctx)
+{
+	return want_privilege ? watched(ctx, SC_SETRESUID, 3) : 0;
+}
+
+SEC("tp/syscalls/sys_enter_capset")
+int detect_capset(struct trace_event_raw_sys_enter *ctx)
+{
+	return want_privilege ? watched(ctx, SC_CAPSET, 2) : 0;
+}
+
+SEC("tp/syscalls/sys_enter_ptrace")
+int detect_ptrace(struct trace_event_raw_sys_enter *ctx)
+{
+	return want_ptrace ? watched(ctx, SC_PTRACE, 3) : 0;
+}
+
+SEC("tp/syscalls/sys_enter_init_module")
+int detect_init_module(struct trace_event_raw_sys_enter *ctx)
+{
+	return want_module ? watched(ctx, SC_INIT_MODULE, 3) : 0;
+}
+
+SEC("tp/syscalls/sys_enter_finit_module")
+int detect_finit_module(struct trace_event_raw_sys_enter *ctx)
+{
+	return want_module ? watched(ctx, SC_FINIT_MODULE, 3) : 0;
+}
+
+/* Only program loads: bpf() is also every map read of every BPF tool, this one's included. */
+SEC("tp/syscalls/sys_enter_bpf")
+int detect_bpf(struct trace_event_raw_sys_enter *ctx)
+{
+	return want_bpf && ctx->args[0] == BPF_PROG_LOAD_CMD ? watched(ctx, SC_BPF, 3) : 0;
 }
 
 /* --- bait files --------------------------------------------------------------------------- */

@@ -13,6 +13,19 @@ enum detect_kind {
 	DK_CONNECT = 2, /* connect() on an IPv4/IPv6 socket */
 	DK_DUP = 3,     /* an IPv4/IPv6 socket duplicated onto fd 0, 1 or 2 (dup, dup2, dup3, fcntl) */
 	DK_FILE = 4,    /* a bait file opened for writing, truncated, renamed or removed */
+	DK_SYSCALL = 5, /* a watched call: privilege, ptrace, module load, bpf(BPF_PROG_LOAD) */
+};
+
+/* Which watched syscall made a DK_SYSCALL (entered: the attempt, whatever its result). */
+enum detect_sys_call {
+	SC_SETUID = 1,
+	SC_SETREUID = 2,
+	SC_SETRESUID = 3,
+	SC_CAPSET = 4,
+	SC_PTRACE = 5,
+	SC_INIT_MODULE = 6,
+	SC_FINIT_MODULE = 7,
+	SC_BPF = 8,
 };
 
 /* Which syscall made a DK_FILE (a bit of bait_kill each: 1 << call). */
@@ -79,7 +92,9 @@ struct detect_event {
 	__s32 fd;                   /* connect: the socket; dup: the new fd (0-2); file: open's result (a
 				     * negative errno when it failed), ftruncate's fd, else -1 */
 	__s32 oldfd;                /* dup: the fd duplicated */
-	__u32 call;                 /* dup: enum detect_dup_call; file: enum detect_file_call */
+	__u32 call;                 /* dup: enum detect_dup_call; file: enum detect_file_call;
+				     * syscall: enum detect_sys_call */
+	__s64 arg[3];               /* syscall: its first arguments */
 	__u16 family;               /* connect: AF_INET or AF_INET6 */
 	__u16 port;                 /* connect: host order */
 	__u8 addr[16];              /* connect: IPv4 in the first 4 bytes */
@@ -91,6 +106,7 @@ struct detect_event {
 	__u32 flags;                /* file, open: its flags */
 	__u8 killed;                /* file: SIGKILL sent from the kernel */
 	__u8 by_name;               /* file: matched by file name (truncate, rename, unlink), not inode */
+	__u8 exe_memfd;             /* exec: the file executed is a memfd (no path: fileless) */
 	__u32 args_len;             /* exec: bytes of args used */
 	__u32 nancestors;
 	struct detect_ancestor ancestors[DETECT_ANCESTORS];

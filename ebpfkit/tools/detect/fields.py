@@ -15,17 +15,26 @@ from collections.abc import Mapping
 
 from ...policy.condition import FieldSpec
 
-EXEC, CONNECT, DUP, FILE = 1, 2, 3, 4  # detect.h's enum detect_kind
+EXEC, CONNECT, DUP, FILE, SYSCALL = 1, 2, 3, 4, 5  # detect.h's enum detect_kind
 FD_KINDS = ("none", "file", "ipv4", "ipv6", "unix", "socket", "pipe", "char")  # enum detect_fd_kind
 DUP_CALLS = {1: "dup", 2: "dup2", 3: "dup3", 4: "fcntl"}                      # enum detect_dup_call
 FILE_CALLS = {1: "open", 2: "openat", 3: "openat2", 4: "creat", 5: "truncate", 6: "ftruncate",  # enum
               7: "rename", 8: "renameat", 9: "renameat2", 10: "unlink", 11: "unlinkat"}       # detect_file_call
+SYS_CALLS = {1: "setuid", 2: "setreuid", 3: "setresuid", 4: "capset", 5: "ptrace", 6: "init_module",  # enum
+             7: "finit_module", 8: "bpf"}                                                          # detect_sys_call
+PTRACE_REQUESTS = {0: "PTRACE_TRACEME", 1: "PTRACE_PEEKTEXT", 2: "PTRACE_PEEKDATA", 4: "PTRACE_POKETEXT",
+                   5: "PTRACE_POKEDATA", 6: "PTRACE_POKEUSR", 7: "PTRACE_CONT", 8: "PTRACE_KILL",
+                   9: "PTRACE_SINGLESTEP", 12: "PTRACE_GETREGS", 13: "PTRACE_SETREGS", 16: "PTRACE_ATTACH",
+                   17: "PTRACE_DETACH", 24: "PTRACE_SYSCALL", 0x4200: "PTRACE_SETOPTIONS", 0x4206: "PTRACE_SEIZE",
+                   0x4207: "PTRACE_INTERRUPT"}
+BPF_COMMANDS = {5: "BPF_PROG_LOAD"}  # the only one the kernel reports
 ANCESTORS = 4                                                                 # DETECT_ANCESTORS
 
 S = FieldSpec
 FIELDS: dict[str, FieldSpec] = {
-    "evt.type": S("str", doc="execve, connect, the call that put a socket on fd 0-2 (dup, dup2, dup3, fcntl), or "
-                             "the one that touched a bait file (" + ", ".join(FILE_CALLS.values()) + ")"),
+    "evt.type": S("str", doc="execve, connect, the call that put a socket on fd 0-2 (dup, dup2, dup3, fcntl), "
+                             "the one that touched a bait file (" + ", ".join(FILE_CALLS.values()) + "), or a "
+                             "watched call (" + ", ".join(SYS_CALLS.values()) + ")"),
     "evt.time": S("int", doc="when, ns since the epoch"),
     "proc.pid": S("int", doc="the process (thread group) id"),
     "thread.tid": S("int", doc="the thread id"),
@@ -57,6 +66,11 @@ FIELDS: dict[str, FieldSpec] = {
     "evt.arg.flags": S("int", doc="open of a bait file: its flags"),
     "evt.killed": S("str", doc="a bait file's event: true when the kernel sent the process SIGKILL"),
     "evt.res": S("str", doc="open of a bait file: SUCCESS, or the error it failed with (EPERM: denied)"),
+    "evt.arg.uid": S("int", doc="setuid, setreuid, setresuid: the effective uid asked for (-1: unchanged)"),
+    "evt.arg.request": S("str", doc="ptrace: the request (PTRACE_ATTACH, PTRACE_POKETEXT, ...)"),
+    "evt.arg.pid": S("int", doc="ptrace: the target process"),
+    "evt.arg.cmd": S("str", doc="bpf: the command (only BPF_PROG_LOAD is reported)"),
+    "proc.is_exe_from_memfd": S("str", doc="execve: true when the file executed is a memfd (fileless)"),
     "socket.ino": S("int", doc="the network socket involved, by inode: connect's, the one duplicated, or the "
                                "first on the process's stdio (shared by every process it was passed to)"),
 }
@@ -137,6 +151,8 @@ def _evt_type(f: EventFields):
     ev = f.event
     if ev.kind == FILE:
         return FILE_CALLS.get(ev.call, "file")
+    if ev.kind == SYSCALL:
+        return SYS_CALLS.get(ev.call, "syscall")
     return {EXEC: "execve", CONNECT: "connect"}.get(ev.kind) or DUP_CALLS.get(ev.call, "dup")
 
 
@@ -165,6 +181,18 @@ def _res(f: EventFields):
     if ev.kind != FILE or ev.call > 4:  # only the open calls are seen at their exit
         return None
     return "SUCCESS" if ev.fd >= 0 else errno.errorcode.get(-ev.fd, str(-ev.fd))
+
+
+def _uid_asked(f: EventFields):
+    ev = f.event
+    if ev.kind != SYSCALL or ev.call not in (1, 2, 3):  # setuid: its argument; the others: the euid's
+        return None
+    uid = ev.arg[0] if ev.call == 1 else ev.arg[1]
+    return -1 if uid & 0xFFFFFFFF == 0xFFFFFFFF else uid & 0xFFFFFFFF
+
+
+def _syscall(f: EventFields, call: int, value):
+    return value if f.event.kind == SYSCALL and f.event.call == call else None
 
 
 def _file(f: EventFields, value):
@@ -222,5 +250,10 @@ _GETTERS = {
     "evt.arg.flags": lambda f: f.event.flags if f.event.kind == FILE and f.event.call <= 4 else None,
     "evt.killed": lambda f: _file(f, "true" if f.event.killed else "false"),
     "evt.res": _res,
+    "evt.arg.uid": _uid_asked,
+    "evt.arg.request": lambda f: _syscall(f, 5, PTRACE_REQUESTS.get(f.event.arg[0], str(f.event.arg[0]))),
+    "evt.arg.pid": lambda f: _syscall(f, 5, f.event.arg[1]),
+    "evt.arg.cmd": lambda f: _syscall(f, 8, BPF_COMMANDS.get(f.event.arg[0], str(f.event.arg[0]))),
+    "proc.is_exe_from_memfd": lambda f: ("true" if f.event.exe_memfd else "false") if f.event.kind == EXEC else None,
     "socket.ino": lambda f: f.event.socket_ino or None,
 }

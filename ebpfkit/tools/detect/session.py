@@ -35,7 +35,8 @@ from .fields import EXEC, FIELDS, FILE_CALLS, EventFields
 
 PROGRAM = os.path.join(os.path.dirname(__file__), "detect.bpf.c")
 BUILTIN_RULES = os.path.join(os.path.dirname(__file__), "builtin_rules.yaml")
-HOOK = "raw tracepoint sched_process_exec, syscall tracepoints connect/dup/dup2/dup3/fcntl"
+HOOK = ("raw tracepoint sched_process_exec, syscall tracepoints connect/dup/dup2/dup3/fcntl, "
+        "setuid/setreuid/setresuid/capset, ptrace, init_module/finit_module, bpf")
 FILE_HOOK = "and, for bait files, the exits of open/openat/openat2/creat, ftruncate, truncate, rename*, unlink*"
 LOST_RULE = "Events lost"
 ACTIONS = ("alert", "kill")
@@ -45,6 +46,7 @@ FILE_PROGRAMS = {"open": ("detect_open_exit",), "openat": ("detect_openat_exit",
                  "truncate": ("detect_truncate",), "ftruncate": ("detect_ftruncate",), "rename": ("detect_rename",),
                  "renameat": ("detect_renameat",), "renameat2": ("detect_renameat2",), "unlink": ("detect_unlink",),
                  "unlinkat": ("detect_unlinkat",)}
+WATCHED_CALLS = ("setuid", "setreuid", "setresuid", "capset", "ptrace", "init_module", "finit_module", "bpf")
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,7 @@ class Session(ToolSession):
         self._obj = None
         self.baits: list[bait_files.BaitFile] = []
         self.warnings: list[str] = []
+        self.missing: list[str] = []   # watched calls this kernel has no tracepoint for
         want_files = bool(self.ruleset.baits) and not prefilter.for_kind(rules, "file").never
         if want_files:  # planted before anything is attached: detect's own writes are not events
             self.baits, self.warnings = bait_files.place(self.ruleset.baits.values())
@@ -119,9 +122,13 @@ class Session(ToolSession):
                 "want_exec": not prefilter.for_kind(rules, "execve").never,
                 "want_dup": not prefilter.for_kind(rules, "dup").never,
                 "want_connect": not connect.never, "connect_any": connect.anything,
-                "connect_fd_max": connect.fd_max, "bait_kill": _call_bits(self.killing)})
+                "connect_fd_max": connect.fd_max, "bait_kill": _call_bits(self.killing),
+                **{f"want_{kind}": not prefilter.for_kind(rules, kind).never
+                   for kind in ("privilege", "ptrace", "module", "bpf")}})
             self._attach_file_calls(spec, bool(self.baits))
             self._obj = spec.load()
+            if self.missing:
+                self.hook += f" (no tracepoint here for {', '.join(self.missing)}: not watched)"
             comms = self._obj.maps["connect_comms"]
             for comm in connect.comms:
                 comms[comm.encode()] = 1
@@ -136,8 +143,7 @@ class Session(ToolSession):
         self._containers: dict[int, str] = {}
         self._lost_seen = 0
 
-    @staticmethod
-    def _attach_file_calls(spec, wanted: bool) -> None:
+    def _attach_file_calls(self, spec, wanted: bool) -> None:
         from ...engine import features
 
         for call, programs in FILE_PROGRAMS.items():
@@ -145,6 +151,10 @@ class Session(ToolSession):
             exists = wanted and features.have_tracepoint("syscalls", f"sys_enter_{call}")
             for name in programs:
                 spec.programs[name].autoload = exists
+        for call in WATCHED_CALLS:  # init_module and finit_module: not without CONFIG_MODULES
+            if not features.have_tracepoint("syscalls", f"sys_enter_{call}"):
+                spec.programs[f"detect_{call}"].autoload = False
+                self.missing.append(call)
 
     def _know_baits(self) -> None:
         by_key, by_name = self._obj.maps["baits"], self._obj.maps["bait_names"]

@@ -238,3 +238,23 @@ def test_a_denied_open_is_reported_and_killed_all_the_same(tmp_path):
     assert run.returncode == -signal.SIGKILL, run.stderr
     assert [(a.event["evt.res"], a.event["evt.killed"], a.event["fd.name"], a.event["user.uid"]) for a in alerts] == [
         ("EACCES", "true", bait, 65534)]
+
+
+def test_sigkill_with_baits_leaves_nothing_attached_and_the_bait_for_the_next_run(tmp_path):
+    from helpers import bpf_objects_held_by, still_in_kernel
+
+    bait = tmp_path / BAIT_NAME
+    rules = tmp_path / "baits.yaml"
+    rules.write_text(f'- bait: one\n  paths: ["{bait}"]\n')
+    tool = RunningTool("detect", "run", "--rules", str(rules))
+    try:
+        held = bpf_objects_held_by(tool.pid)
+        tool.stop(signal.SIGKILL)
+    finally:
+        tool.kill()
+    assert tool.returncode == -signal.SIGKILL
+    assert held and still_in_kernel(held) == set()
+    assert bait.exists(), "a killed run cannot remove what it planted"
+    with detect.open(rules=(str(rules),)) as session:  # the next run adopts it, and leaves it
+        assert [b.planted for b in session.baits] == [False]
+    assert bait.exists()

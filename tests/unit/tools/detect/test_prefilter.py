@@ -37,3 +37,25 @@ def test_and_keeps_one_part_or_joins_and_not_keeps_anything():
 def test_a_disabled_rule_wants_nothing():
     text = "- rule: r\n  condition: evt.type = connect\n  output: x\n  priority: INFO\n  enabled: false\n"
     assert prefilter.for_kind(parse_rules(text, fields=FIELDS).rules.values(), "connect").never
+
+
+def test_every_call_the_kernel_reports_is_in_one_kind():
+    from ebpfkit.tools.detect.fields import DUP_CALLS, FILE_CALLS, SYS_CALLS
+
+    reported = {"execve", "connect", *DUP_CALLS.values(), *FILE_CALLS.values(), *SYS_CALLS.values()}
+    kinds = list(prefilter.KINDS.values())
+    assert set().union(*kinds) == reported
+    assert sum(len(k) for k in kinds) == len(reported), "each call in one kind only"
+
+
+def test_a_kill_holds_only_where_the_kernel_can_decide_it():
+    every_bait = rules("evt.type in (openat, unlink) and bait.name exists")
+    assert prefilter.killing_calls(every_bait) == set()  # their action is alert
+    text = ("- rule: k\n  condition: evt.type in (openat, unlink) and bait.name exists\n  output: x\n"
+            "  priority: INFO\n  action: kill\n")
+    kill = parse_rules(text, fields=FIELDS).rules.values()
+    assert prefilter.killing_calls(kill) == {"openat", "unlink"}
+    assert prefilter.killing_calls(kill, action="alert") == set()
+    assert prefilter.killing_calls(every_bait, action="kill") == {"openat", "unlink"}
+    narrowed = rules("evt.type = openat and proc.name != backup", "evt.type = unlink and not bait.name exists")
+    assert prefilter.killing_calls(narrowed, action="kill") == set()
