@@ -19,6 +19,7 @@
 #define S_IFSOCK 0140000
 #define S_IFIFO 0010000
 #define S_IFCHR 0020000
+#define PIPEFS_MAGIC 0x50495045
 #define AF_UNIX 1
 #define AF_INET 2
 #define AF_INET6 10
@@ -120,8 +121,8 @@ static __always_inline __u8 fd_kind_ino(struct task_struct *task, int fd, __u64 
 		if (family == AF_INET6)
 			return FDK_INET6;
 		return family == AF_UNIX ? FDK_UNIX : FDK_SOCKET;
-	case S_IFIFO:
-		return FDK_PIPE;
+	case S_IFIFO: /* anonymous pipes live on pipefs; a named one on the filesystem holding it */
+		return BPF_CORE_READ(f, f_inode, i_sb, s_magic) == PIPEFS_MAGIC ? FDK_PIPE : FDK_FIFO;
 	case S_IFCHR:
 		return FDK_CHAR;
 	default:

@@ -62,8 +62,9 @@ enum detect_fd_kind {
 	FDK_INET6 = 3,
 	FDK_UNIX = 4,
 	FDK_SOCKET = 5, /* another family */
-	FDK_PIPE = 6,
+	FDK_PIPE = 6,   /* an anonymous pipe (pipe(2), a shell's |) */
 	FDK_CHAR = 7,   /* a character device: a terminal, /dev/null */
+	FDK_FIFO = 8,   /* a named pipe (mkfifo): a path on a filesystem */
 };
 
 /* Which syscall made a DK_DUP. */

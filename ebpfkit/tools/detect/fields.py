@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from ...policy.condition import FieldSpec
 
 EXEC, CONNECT, DUP, FILE, SYSCALL = 1, 2, 3, 4, 5  # detect.h's enum detect_kind
-FD_KINDS = ("none", "file", "ipv4", "ipv6", "unix", "socket", "pipe", "char")  # enum detect_fd_kind
+FD_KINDS = ("none", "file", "ipv4", "ipv6", "unix", "socket", "pipe", "char", "fifo")  # enum detect_fd_kind
 DUP_CALLS = {1: "dup", 2: "dup2", 3: "dup3", 4: "fcntl"}                      # enum detect_dup_call
 FILE_CALLS = {1: "open", 2: "openat", 3: "openat2", 4: "creat", 5: "truncate", 6: "ftruncate",  # enum
               7: "rename", 8: "renameat", 9: "renameat2", 10: "unlink", 11: "unlinkat"}       # detect_file_call

