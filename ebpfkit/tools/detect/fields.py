@@ -59,13 +59,17 @@ FIELDS: dict[str, FieldSpec] = {
     "fd.type": S("str", doc="connect/dup: the kind of the socket (" + ", ".join(FD_KINDS) + ")"),
     "fd.rip": S("str", doc="connect: the remote address"),
     "fd.rport": S("int", doc="connect: the remote port"),
-    "fd.name": S("str", doc="connect: address:port; a bait file's event: the bait's path"),
+    "fd.name": S("str", doc="connect: address:port; a watched file's event: the file's path (a file rules name "
+                            "with fd.name = or in, a bait, or one opened for writing in a directory named with "
+                            "fd.directory)"),
+    "fd.directory": S("str", doc="a watched file's event: the directory of fd.name"),
+    "fd.filename": S("str", doc="a watched file's event: the last part of fd.name"),
     "bait.name": S("str", doc="a bait file's event: the name of the `- bait:` that declared it"),
-    "evt.arg.path": S("str", doc="a bait file's event: the path the call named (rename: the old one)"),
-    "evt.arg.newpath": S("str", doc="rename of a bait file: the new path"),
-    "evt.arg.flags": S("int", doc="open of a bait file: its flags"),
-    "evt.killed": S("str", doc="a bait file's event: true when the kernel sent the process SIGKILL"),
-    "evt.res": S("str", doc="open of a bait file: SUCCESS, or the error it failed with (EPERM: denied)"),
+    "evt.arg.path": S("str", doc="a watched file's event: the path the call named (rename: the old one)"),
+    "evt.arg.newpath": S("str", doc="rename of a watched file: the new path"),
+    "evt.arg.flags": S("int", doc="open of a watched file: its flags"),
+    "evt.killed": S("str", doc="a watched file's event: true when the kernel sent the process SIGKILL (baits)"),
+    "evt.res": S("str", doc="open of a watched file: SUCCESS, or the error it failed with (EPERM: denied)"),
     "evt.arg.uid": S("int", doc="setuid, setreuid, setresuid: the effective uid asked for (-1: unchanged)"),
     "evt.arg.request": S("str", doc="ptrace: the request (PTRACE_ATTACH, PTRACE_POKETEXT, ...)"),
     "evt.arg.pid": S("int", doc="ptrace: the target process"),
@@ -79,13 +83,13 @@ FIELDS: dict[str, FieldSpec] = {
 class EventFields(Mapping):
     """One decoded detect_event as rule fields. ``containers`` maps a cgroup id to its
     container's short id (or "host"); ``processes`` remembers what exec events said of a
-    process (its path and arguments) for the events that follow; ``baits`` (baits.Known) are
-    the session's bait files."""
+    process (its path and arguments) for the events that follow; ``watched`` (watch.Watched)
+    are the files and directories the session watches."""
 
-    def __init__(self, event, wall_ns: int, containers, processes: dict, baits=None):
+    def __init__(self, event, wall_ns: int, containers, processes: dict, watched=None):
         self.event, self.wall_ns = event, wall_ns
         self._containers, self._processes = containers, processes
-        self._baits = baits
+        self._watched = watched
         self._cache: dict[str, object] = {}
 
     def __getitem__(self, name: str):
@@ -156,14 +160,13 @@ def _evt_type(f: EventFields):
     return {EXEC: "execve", CONNECT: "connect"}.get(ev.kind) or DUP_CALLS.get(ev.call, "dup")
 
 
-def _bait(f: EventFields, attribute: str):
-    if f.event.kind != FILE or f._baits is None:
-        return None
-    if "bait" not in f._cache:
-        ev = f.event
-        f._cache["bait"] = f._baits.of_event(ev.bait_id, bool(ev.by_name), ev.tgid, ev.path, _newpath(ev))
-    bait = f._cache["bait"]
-    return getattr(bait, attribute) if bait else None
+def _watched(f: EventFields):
+    """(the watched entry, the file's path) of a file event; (None, None) otherwise."""
+    if f.event.kind != FILE or f._watched is None:
+        return None, None
+    if "watched" not in f._cache:
+        f._cache["watched"] = f._watched.of_event(f.event)
+    return f._cache["watched"]
 
 
 def _newpath(ev) -> str:
@@ -173,7 +176,7 @@ def _newpath(ev) -> str:
 def _fd_name(f: EventFields):
     if f.event.kind == CONNECT:
         return f"{_address(f.event)}:{f.event.port}"
-    return _bait(f, "path")
+    return _watched(f)[1]
 
 
 def _res(f: EventFields):
@@ -244,7 +247,9 @@ _GETTERS = {
     "fd.rip": lambda f: _address(f.event),
     "fd.rport": lambda f: f.event.port if f.event.kind == CONNECT else None,
     "fd.name": _fd_name,
-    "bait.name": lambda f: _bait(f, "declared_by"),
+    "bait.name": lambda f: getattr(_watched(f)[0], "bait", None),
+    "fd.directory": lambda f: os.path.dirname(_fd_name(f)) if f.event.kind == FILE and _fd_name(f) else None,
+    "fd.filename": lambda f: os.path.basename(_fd_name(f)) if f.event.kind == FILE and _fd_name(f) else None,
     "evt.arg.path": lambda f: _file(f, f.event.path or None),
     "evt.arg.newpath": lambda f: _file(f, _newpath(f.event) or None),
     "evt.arg.flags": lambda f: f.event.flags if f.event.kind == FILE and f.event.call <= 4 else None,

@@ -109,3 +109,28 @@ def killing_calls(rules, action: str | None = None) -> set[str]:
         return set()
     killers = [r for r in rules if r.enabled and (action == "kill" or r.action == "kill")]
     return {call for call in FILE_CALLS.values() if any(holds_for_every(r.condition, call) for r in killers)}
+
+
+def named_paths(rules) -> tuple[set[str], set[str]]:
+    """The absolute paths enabled rules compare fd.name with (= or in: files) and fd.directory
+    with (directories): what the kernel watches besides the baits. Where in a condition does
+    not matter: watching a path no rule ends up matching costs only its events."""
+    files: set[str] = set()
+    dirs: set[str] = set()
+
+    def walk(node: Node) -> None:
+        if isinstance(node, Check):
+            if node.field in ("fd.name", "fd.directory") and node.op in ("=", "==", "in"):
+                values = node.value if isinstance(node.value, tuple) else (node.value,)
+                target = files if node.field == "fd.name" else dirs
+                target.update(str(v).rstrip("/") or "/" for v in values if str(v).startswith("/"))
+        elif isinstance(node, (And, Or)):
+            for child in node.children:
+                walk(child)
+        elif isinstance(node, Not):
+            walk(node.child)
+
+    for rule in rules:
+        if rule.enabled:
+            walk(rule.condition)
+    return files, dirs

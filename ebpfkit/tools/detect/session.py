@@ -29,7 +29,7 @@ from ...errors import ConfigError
 from ...policy.loader import PolicyError
 from ..config import ToolConfig
 from ..session import ToolSession
-from . import baits as bait_files, prefilter
+from . import baits as bait_files, prefilter, watch
 from .alerts import Alert, Matcher
 from .fields import EXEC, FIELDS, FILE_CALLS, EventFields
 
@@ -37,7 +37,9 @@ PROGRAM = os.path.join(os.path.dirname(__file__), "detect.bpf.c")
 BUILTIN_RULES = os.path.join(os.path.dirname(__file__), "builtin_rules.yaml")
 HOOK = ("raw tracepoint sched_process_exec, syscall tracepoints connect/dup/dup2/dup3/fcntl, "
         "setuid/setreuid/setresuid/capset, ptrace, init_module/finit_module, bpf")
-FILE_HOOK = "and, for bait files, the exits of open/openat/openat2/creat, ftruncate, truncate, rename*, unlink*"
+FILE_HOOK = ("and, for watched files (baits, paths rules name), the exits of open/openat/openat2/creat, "
+             "ftruncate, truncate, rename*, unlink*")
+WATCH_MAX = 4096  # DETECT_WATCH_MAX
 LOST_RULE = "Events lost"
 ACTIONS = ("alert", "kill")
 # the BPF programs of each file call, and the syscall they hook (missing on some architectures)
@@ -108,13 +110,20 @@ class Session(ToolSession):
         kill_rules = {r.name for r in rules if any(prefilter.holds_for_every(r.condition, c) for c in self.killing)}
         self._matcher = Matcher(rules, actions={r.name: "kill" if r.name in kill_rules else "alert" for r in rules})
         self._obj = None
-        self.baits: list[bait_files.BaitFile] = []
+        self.watching: list[watch.Entry] = []  # baits first, then the paths rules name
+        self.unwatched: list[str] = []         # paths rules name that do not exist here
         self.warnings: list[str] = []
-        self.missing: list[str] = []   # watched calls this kernel has no tracepoint for
-        want_files = bool(self.ruleset.baits) and not prefilter.for_kind(rules, "file").never
-        if want_files:  # planted before anything is attached: detect's own writes are not events
-            self.baits, self.warnings = bait_files.place(self.ruleset.baits.values())
-        self.hook = HOOK + (f"; {FILE_HOOK}" if self.baits else "")
+        self.missing: list[str] = []           # watched calls this kernel has no tracepoint for
+        if not prefilter.for_kind(rules, "file").never:
+            # planted before anything is attached: detect's own writes are not events
+            baits, self.warnings = bait_files.place(self.ruleset.baits.values())
+            files, dirs = prefilter.named_paths(rules)
+            named, self.unwatched = watch.resolve(files - {b.path for b in baits}, dirs)
+            self.watching = baits + named
+        if len(self.watching) > WATCH_MAX:
+            bait_files.remove_planted(self.watching)
+            raise ConfigError("rules", f"{len(self.watching)} files and directories to watch, more than {WATCH_MAX}")
+        self.hook = HOOK + (f"; {FILE_HOOK}" if self.watching else "")
         try:
             spec = compile_bpf(PROGRAM)
             connect = prefilter.for_kind(rules, "connect")
@@ -123,16 +132,17 @@ class Session(ToolSession):
                 "want_dup": not prefilter.for_kind(rules, "dup").never,
                 "want_connect": not connect.never, "connect_any": connect.anything,
                 "connect_fd_max": connect.fd_max, "bait_kill": _call_bits(self.killing),
+                "watch_dirs": any(e.is_dir for e in self.watching),
                 **{f"want_{kind}": not prefilter.for_kind(rules, kind).never
                    for kind in ("privilege", "ptrace", "module", "bpf")}})
-            self._attach_file_calls(spec, bool(self.baits))
+            self._attach_file_calls(spec, bool(self.watching))
             self._obj = spec.load()
             if self.missing:
                 self.hook += f" (no tracepoint here for {', '.join(self.missing)}: not watched)"
             comms = self._obj.maps["connect_comms"]
             for comm in connect.comms:
                 comms[comm.encode()] = 1
-            self._know_baits()
+            self._watch()
             self._obj.attach()
             self._reader = self._obj.ring_buffer("events", event_type="detect_event")
         except BaseException:
@@ -156,12 +166,19 @@ class Session(ToolSession):
                 spec.programs[f"detect_{call}"].autoload = False
                 self.missing.append(call)
 
-    def _know_baits(self) -> None:
-        by_key, by_name = self._obj.maps["baits"], self._obj.maps["bait_names"]
-        self._known_baits = bait_files.Known(self.baits)
-        for index, bait in enumerate(self.baits):
-            by_key[{"dev": bait.key[0], "ino": bait.key[1]}] = {"id": index}
-            by_name[bait.name_key] = {"id": index}
+    def _watch(self) -> None:
+        keys, names, flags = (self._obj.maps[m] for m in ("watch_keys", "watch_names", "watch_flags"))
+        self._watched = watch.Watched(self.watching)
+        for index, entry in enumerate(self.watching):
+            keys[{"dev": entry.key[0], "ino": entry.key[1]}] = {"id": index}
+            if not entry.is_dir:
+                names[entry.name_key] = {"id": index}
+            flags[index] = entry.flags
+
+    @property
+    def baits(self) -> list[watch.Entry]:
+        """The bait files watched (planted or adopted)."""
+        return [e for e in self.watching if e.bait]
 
     @property
     def lost(self) -> int:
@@ -200,7 +217,7 @@ class Session(ToolSession):
 
     def _fields(self, record) -> EventFields:
         fields = EventFields(record, record.ts + self._epoch_offset_ns, self._container, self._processes,
-                             self._known_baits)
+                             self._watched)
         if record.kind == EXEC:  # what later events of the process will say of it (whatever reads it)
             if len(self._processes) > 65536:
                 self._processes.clear()
@@ -226,8 +243,8 @@ class Session(ToolSession):
         if self._obj is not None:
             self._obj.close()
             self._obj = None
-        bait_files.remove_planted(self.baits)
-        self.baits = []
+        bait_files.remove_planted(self.watching)
+        self.watching = []
 
 
 def _call_bits(calls) -> int:

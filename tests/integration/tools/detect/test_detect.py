@@ -315,6 +315,7 @@ FILELESS = ("import os\nfd = os.memfd_create('payload')\nos.write(fd, open('/bin
 
 def test_pipes_and_named_pipes_alone_raise_nothing(session, tmp_path):
     fifo = tmp_path / "f"
+    _collect(session, 0.3)  # whatever came before
     for script in ("echo exit | sh -i", f"mkfifo {fifo}; (cat {fifo} > /dev/null &); echo hi > {fifo}; wait",
                    f"printf 'exit\\n' > {tmp_path}/in; sh -i < {tmp_path}/in"):
         assert subprocess.run(["bash", "-c", script], capture_output=True, timeout=30).returncode == 0
@@ -382,10 +383,12 @@ def test_a_missing_rules_file_exits_2(capsys, tmp_path):
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 0), (signal.SIGKILL, -signal.SIGKILL)])
 def test_a_signal_leaves_nothing_attached(sig, code):
     from ebpfkit.engine import features
-    from ebpfkit.tools.detect.session import WATCHED_CALLS
+    from ebpfkit.tools.detect.session import FILE_PROGRAMS, WATCHED_CALLS
 
-    # exec, connect, dup2, dup3, dup and fcntl (entry and exit); a link per watched call it has
-    links = 8 + sum(features.have_tracepoint("syscalls", f"sys_enter_{c}") for c in WATCHED_CALLS)
+    # exec, connect, dup2, dup3, dup and fcntl (entry and exit); a link per watched call it has,
+    # and per file program (the built-in rules watch files)
+    links = 8 + sum(features.have_tracepoint("syscalls", f"sys_enter_{c}") for c in WATCHED_CALLS) + sum(
+        len(programs) for c, programs in FILE_PROGRAMS.items() if features.have_tracepoint("syscalls", f"sys_enter_{c}"))
     tool = RunningTool("detect", "run")
     try:
         held = bpf_objects_held_by(tool.pid)

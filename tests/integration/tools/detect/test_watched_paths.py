@@ -1,0 +1,96 @@
+"""Files and directories rules name (fd.name, fd.directory) are watched by the kernel like the
+baits, without the kill: a write, create, truncate, rename or unlink there raises the rule's
+alert, with the file's path; reads and other files raise nothing."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ebpfkit.tools import detect
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(os.geteuid() != 0, reason="loads BPF programs: needs root"),
+]
+
+RULES = """
+- rule: Secret changed
+  condition: >
+    evt.type in (open, openat, openat2, creat, truncate, ftruncate, rename, renameat, renameat2, unlink, unlinkat)
+    and fd.name in ({secret})
+  output: "%fd.name: %evt.type by %proc.name"
+  priority: WARNING
+  tags: [T1098]
+- rule: Job planted
+  condition: evt.type in (open, openat, openat2, creat) and fd.directory = {jobs}
+  output: "%fd.name: %evt.type by %proc.name"
+  priority: WARNING
+  tags: [T1053.003]
+  exceptions:
+    - name: the scheduler
+      fields: proc.name
+      values: [crontab]
+"""
+
+
+def alerts_of(session, seconds: float = 1.0) -> list:
+    end = time.monotonic() + seconds
+    found = []
+    while time.monotonic() < end:
+        found += [a for a in session.poll(100) if a.rule in ("Secret changed", "Job planted")]
+    return found
+
+
+def python(code: str) -> int:
+    return subprocess.run([sys.executable, "-c", code], timeout=30).returncode
+
+
+def test_a_named_file_and_a_named_directory(tmp_path):
+    secret, jobs = tmp_path / "secret", tmp_path / "jobs"
+    secret.write_text("s3cret")
+    jobs.mkdir()
+    (jobs / "old").write_text("x")
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(RULES.format(secret=secret, jobs=jobs))
+    with detect.open(rules=(str(rules),)) as session:
+        assert {str(jobs), str(secret)} <= {e.path for e in session.watching}
+        assert python(f"open({str(secret)!r}).read(); open({str(jobs / 'old')!r}).read()") == 0   # reads
+        assert python(f"open({str(tmp_path / 'other')!r}, 'w').write('x')") == 0                   # elsewhere
+        quiet = alerts_of(session, 0.5)
+        assert python(f"open({str(secret)!r}, 'a').write('more')") == 0
+        assert python(f"open({str(jobs / 'evil')!r}, 'w').write('* * * * * root sh')") == 0      # created
+        assert python(f"open({str(jobs / 'old')!r}, 'w')") == 0                                     # truncated
+        assert python(f"import os; os.rename({str(secret)!r}, {str(tmp_path / 'moved')!r})") == 0
+        alerts = alerts_of(session)
+    assert quiet == []
+    seen = [(a.rule, a.event["evt.type"], a.event["fd.name"], a.action, a.event["evt.killed"]) for a in alerts]
+    rename = next(t for _, t, name, _, _ in seen if name == str(secret) and t.startswith("rename"))
+    assert seen == [("Secret changed", "openat", str(secret), "alert", "false"),
+                    ("Job planted", "openat", str(jobs / "evil"), "alert", "false"),
+                    ("Job planted", "openat", str(jobs / "old"), "alert", "false"),
+                    ("Secret changed", rename, str(secret), "alert", "false")]
+    assert alerts[1].event["fd.directory"] == str(jobs) and alerts[1].event["fd.filename"] == "evil"
+
+
+def test_a_path_that_does_not_exist_is_not_watched_and_said_so(tmp_path):
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(RULES.format(secret=tmp_path / "none", jobs=tmp_path / "nodir"))
+    with detect.open(rules=(str(rules),)) as session:
+        assert {str(tmp_path / "none"), str(tmp_path / "nodir")} <= set(session.unwatched)
+
+
+def test_an_account_file_opened_for_writing_by_a_stranger():
+    """/etc/shadow opened for appending and closed, nothing written: the built-in rule's call."""
+    with detect.open() as session:
+        assert "/etc/shadow" in [e.path for e in session.watching]
+        assert python("open('/etc/shadow', 'ab').close()") == 0
+        end, alerts = time.monotonic() + 1.0, []
+        while time.monotonic() < end:
+            alerts += [a for a in session.poll(100) if a.rule == "Account or sudo file changed"]
+    assert [(a.event["fd.name"], a.event["evt.type"], a.event["proc.name"]) for a in alerts] == [
+        ("/etc/shadow", "openat", "python")]
