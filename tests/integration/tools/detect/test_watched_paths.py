@@ -7,10 +7,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
+from helpers import alerts_within
 from ebpfkit.tools import detect
 
 pytestmark = [
@@ -18,6 +18,7 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="loads BPF programs: needs root"),
 ]
 
+RULE_NAMES = ("Secret changed", "Job planted")
 RULES = """
 - rule: Secret changed
   condition: >
@@ -38,14 +39,6 @@ RULES = """
 """
 
 
-def alerts_of(session, seconds: float = 1.0) -> list:
-    end = time.monotonic() + seconds
-    found = []
-    while time.monotonic() < end:
-        found += [a for a in session.poll(100) if a.rule in ("Secret changed", "Job planted")]
-    return found
-
-
 def python(code: str) -> int:
     return subprocess.run([sys.executable, "-c", code], timeout=30).returncode
 
@@ -61,12 +54,12 @@ def test_a_named_file_and_a_named_directory(tmp_path):
         assert {str(jobs), str(secret)} <= {e.path for e in session.watching}
         assert python(f"open({str(secret)!r}).read(); open({str(jobs / 'old')!r}).read()") == 0   # reads
         assert python(f"open({str(tmp_path / 'other')!r}, 'w').write('x')") == 0                   # elsewhere
-        quiet = alerts_of(session, 0.5)
+        quiet = alerts_within(session, 0.5, *RULE_NAMES)
         assert python(f"open({str(secret)!r}, 'a').write('more')") == 0
         assert python(f"open({str(jobs / 'evil')!r}, 'w').write('* * * * * root sh')") == 0      # created
         assert python(f"open({str(jobs / 'old')!r}, 'w')") == 0                                     # truncated
         assert python(f"import os; os.rename({str(secret)!r}, {str(tmp_path / 'moved')!r})") == 0
-        alerts = alerts_of(session)
+        alerts = alerts_within(session, 1.0, *RULE_NAMES)
     assert quiet == []
     seen = [(a.rule, a.event["evt.type"], a.event["fd.name"], a.action, a.event["evt.killed"]) for a in alerts]
     rename = next(t for _, t, name, _, _ in seen if name == str(secret) and t.startswith("rename"))
@@ -84,13 +77,22 @@ def test_a_path_that_does_not_exist_is_not_watched_and_said_so(tmp_path):
         assert {str(tmp_path / "none"), str(tmp_path / "nodir")} <= set(session.unwatched)
 
 
-def test_an_account_file_opened_for_writing_by_a_stranger():
-    """/etc/shadow opened for appending and closed, nothing written: the built-in rule's call."""
+def test_the_builtin_file_rules_are_off_until_switched_on(tmp_path):
     with detect.open() as session:
+        assert session.watching == [] and "watched files" not in session.hook
+    on = tmp_path / "on.yaml"
+    on.write_text("- rule: Account or sudo file changed\n  enabled: true\n")
+    with detect.open(rules=(str(on),)) as session:
+        assert "/etc/shadow" in [e.path for e in session.watching]
+
+
+def test_an_account_file_opened_for_writing_by_a_stranger(tmp_path):
+    """/etc/shadow opened for appending and closed, nothing written: the built-in rule's call."""
+    on = tmp_path / "on.yaml"
+    on.write_text("- rule: Account or sudo file changed\n  enabled: true\n")
+    with detect.open(rules=(str(on),)) as session:
         assert "/etc/shadow" in [e.path for e in session.watching]
         assert python("open('/etc/shadow', 'ab').close()") == 0
-        end, alerts = time.monotonic() + 1.0, []
-        while time.monotonic() < end:
-            alerts += [a for a in session.poll(100) if a.rule == "Account or sudo file changed"]
+        alerts = alerts_within(session, 1.0, "Account or sudo file changed")
     assert [(a.event["fd.name"], a.event["evt.type"], a.event["proc.name"]) for a in alerts] == [
         ("/etc/shadow", "openat", "python")]
