@@ -568,29 +568,18 @@ static __always_inline int open_done(struct trace_event_raw_sys_exit *ctx, __u32
 	return 0;
 }
 
-SEC("tp/syscalls/sys_exit_openat")
-int detect_openat_exit(struct trace_event_raw_sys_exit *ctx)
-{
-	return open_done(ctx, FC_OPENAT);
-}
+/* One program per open call: detect_openat_exit for sys_exit_openat, and so on. */
+#define OPEN_EXIT(name, call)                                                \
+	SEC("tp/syscalls/sys_exit_" #name)                                   \
+	int detect_##name##_exit(struct trace_event_raw_sys_exit *ctx)       \
+	{                                                                    \
+		return open_done(ctx, call);                                 \
+	}
 
-SEC("tp/syscalls/sys_exit_open")
-int detect_open_exit(struct trace_event_raw_sys_exit *ctx)
-{
-	return open_done(ctx, FC_OPEN);
-}
-
-SEC("tp/syscalls/sys_exit_creat")
-int detect_creat_exit(struct trace_event_raw_sys_exit *ctx)
-{
-	return open_done(ctx, FC_CREAT);
-}
-
-SEC("tp/syscalls/sys_exit_openat2")
-int detect_openat2_exit(struct trace_event_raw_sys_exit *ctx)
-{
-	return open_done(ctx, FC_OPENAT2);
-}
+OPEN_EXIT(openat, FC_OPENAT)
+OPEN_EXIT(open, FC_OPEN)
+OPEN_EXIT(creat, FC_CREAT)
+OPEN_EXIT(openat2, FC_OPENAT2)
 
 SEC("tp/syscalls/sys_enter_ftruncate")
 int detect_ftruncate(struct trace_event_raw_sys_enter *ctx)
