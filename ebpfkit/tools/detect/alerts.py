@@ -80,10 +80,16 @@ class Matcher:
     window has ended. ``now`` is a monotonic time in seconds. ``actions``: each rule's action as
     carried out (the kernel's kill, or an alert), where it differs from what the rule says."""
 
-    def __init__(self, rules, window: float = FUSE_WINDOW, actions: Mapping[str, str] | None = None):
+    def __init__(self, rules, window: float = FUSE_WINDOW, actions: Mapping[str, str] | None = None,
+                 can_match=None):
         self.rules = [r for r in rules if r.enabled]
         self.window = window
         self.actions = actions or {}
+        # can_match(rule, evt_type): False where its condition can never hold for that type;
+        # an event is then matched against its type's rules only (a connect flood meets 3
+        # rules, not 25)
+        self._can_match = can_match
+        self._by_type: dict[object, list] = {}
         self.suppressed: dict[str, int] = {}   # rule -> matches not raised (rate limit or fused)
         self._groups: dict[tuple[str, object], _Group] = {}
         self._fused: OrderedDict = OrderedDict()  # (rule, value) whose alert went out
@@ -91,7 +97,7 @@ class Matcher:
 
     def feed(self, event: Mapping, now: float) -> list[Alert]:
         raised = []
-        for rule in self.rules:
+        for rule in self._rules_for(event.get("evt.type")):
             if not rule.condition.match(event):
                 continue
             if rule.fuse is None:
@@ -109,23 +115,33 @@ class Matcher:
             group.add(event)
         return raised
 
+    def _rules_for(self, evt_type) -> list:
+        rules = self._by_type.get(evt_type)
+        if rules is None:
+            rules = self._by_type[evt_type] = [r for r in self.rules if self._can_match is None or evt_type is None
+                                               or self._can_match(r, evt_type)]
+        return rules
+
     def due(self, now: float, everything: bool = False) -> list[Alert]:
-        """Fused alerts whose window ended (``everything``: all of them, at the end)."""
+        """Fused alerts whose window ended (``everything``: all of them, at the end). Groups
+        open in time order with one window, so they end in the order they were opened."""
         out = []
-        for key, group in list(self._groups.items()):
-            if everything or group.deadline <= now:
-                del self._groups[key]
-                self._fused[key] = True
-                if len(self._fused) > FUSED_KEYS_KEPT:
-                    self._fused.popitem(last=False)
-                if self._allowed(group.rule, now):
-                    action = self.actions.get(group.rule.name, group.rule.action)
-                    out.append(replace(_alert(group.rule, group.first, action), signals=tuple(group.signals),
-                                       pids=tuple(group.pids)))
+        while self._groups:
+            key, group = next(iter(self._groups.items()))
+            if not everything and group.deadline > now:
+                break
+            del self._groups[key]
+            self._fused[key] = True
+            if len(self._fused) > FUSED_KEYS_KEPT:
+                self._fused.popitem(last=False)
+            if self._allowed(group.rule, now):
+                action = self.actions.get(group.rule.name, group.rule.action)
+                out.append(replace(_alert(group.rule, group.first, action), signals=tuple(group.signals),
+                                   pids=tuple(group.pids)))
         return out
 
     def next_deadline(self) -> float | None:
-        return min((g.deadline for g in self._groups.values()), default=None)
+        return next(iter(self._groups.values())).deadline if self._groups else None
 
     def _allowed(self, rule, now: float) -> bool:
         if self._buckets[rule.name].take(now):

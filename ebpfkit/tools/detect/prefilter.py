@@ -74,6 +74,12 @@ def _check(check: Check, types: set[str]) -> Need:
     return ANYTHING
 
 
+def can_match(rule, evt_type: str) -> bool:
+    """Whether ``rule``'s condition can hold for an event of ``evt_type`` (what its evt.type
+    checks allow)."""
+    return not need(rule.condition, {evt_type}).never
+
+
 def for_kind(rules, kind: str) -> Need:
     """What an event of ``kind`` (a key of KINDS) needs for any enabled rule to match it."""
     return need(Or(tuple(r.condition for r in rules if r.enabled)), KINDS[kind])

@@ -108,7 +108,8 @@ class Session(ToolSession):
         rules = self.ruleset.rules.values()
         self.killing = prefilter.killing_calls(rules, config.action)
         kill_rules = {r.name for r in rules if any(prefilter.holds_for_every(r.condition, c) for c in self.killing)}
-        self._matcher = Matcher(rules, actions={r.name: "kill" if r.name in kill_rules else "alert" for r in rules})
+        self._matcher = Matcher(rules, actions={r.name: "kill" if r.name in kill_rules else "alert" for r in rules},
+                                can_match=prefilter.can_match)
         self._obj = None
         self.watching: list[watch.Entry] = []  # baits first, then the paths rules name
         self.unwatched: list[str] = []         # paths rules name that do not exist here
