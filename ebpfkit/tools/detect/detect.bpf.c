@@ -348,6 +348,7 @@ const volatile bool want_privilege = true;
 const volatile bool want_ptrace = true;
 const volatile bool want_module = true;
 const volatile bool want_bpf = true;
+const volatile bool want_mount = true;
 
 #define BPF_PROG_LOAD_CMD 5
 
@@ -385,6 +386,38 @@ WATCHED_CALL(capset, want_privilege, SC_CAPSET, 2)
 WATCHED_CALL(ptrace, want_ptrace, SC_PTRACE, 3)
 WATCHED_CALL(init_module, want_module, SC_INIT_MODULE, 3)
 WATCHED_CALL(finit_module, want_module, SC_FINIT_MODULE, 3)
+
+/* A mount: its target, filesystem type and source, read now (the caller's memory is its own). */
+SEC("tp/syscalls/sys_enter_mount")
+int detect_mount(struct trace_event_raw_sys_enter *ctx)
+{
+	struct detect_event *ev;
+
+	if (!want_mount || !(ev = new_event(DK_SYSCALL)))
+		return 0;
+	ev->call = SC_MOUNT;
+	ev->fd = -1;
+	ev->arg[0] = ctx->args[3]; /* the flags */
+	bpf_probe_read_user_str(ev->path, sizeof(ev->path), (void *)ctx->args[1]);
+	bpf_probe_read_user_str(ev->args + DETECT_FSTYPE_AT, DETECT_SOURCE_AT - DETECT_FSTYPE_AT, (void *)ctx->args[2]);
+	bpf_probe_read_user_str(ev->args + DETECT_SOURCE_AT, DETECT_ARGS_LEN - DETECT_SOURCE_AT, (void *)ctx->args[0]);
+	submit(ev);
+	return 0;
+}
+
+SEC("tp/syscalls/sys_enter_fsopen")
+int detect_fsopen(struct trace_event_raw_sys_enter *ctx)
+{
+	struct detect_event *ev;
+
+	if (!want_mount || !(ev = new_event(DK_SYSCALL)))
+		return 0;
+	ev->call = SC_FSOPEN;
+	ev->fd = -1;
+	bpf_probe_read_user_str(ev->args + DETECT_FSTYPE_AT, DETECT_SOURCE_AT - DETECT_FSTYPE_AT, (void *)ctx->args[0]);
+	submit(ev);
+	return 0;
+}
 
 /* Only program loads: bpf() is also every map read of every BPF tool, this one's included. */
 SEC("tp/syscalls/sys_enter_bpf")

@@ -27,7 +27,12 @@ enum detect_sys_call {
 	SC_INIT_MODULE = 6,
 	SC_FINIT_MODULE = 7,
 	SC_BPF = 8,
+	SC_MOUNT = 9,
+	SC_FSOPEN = 10, /* the new mount API's first step: the filesystem type */
 };
+
+#define DETECT_FSTYPE_AT 0     /* mount, fsopen: where in args the filesystem type is */
+#define DETECT_SOURCE_AT 128   /* mount: where in args the source is */
 
 /* Which syscall made a DK_FILE (a bit of bait_kill each: 1 << call). */
 enum detect_file_call {
@@ -119,9 +124,11 @@ struct detect_event {
 	__u32 args_len;             /* exec: bytes of args used */
 	__u32 nancestors;
 	struct detect_ancestor ancestors[DETECT_ANCESTORS];
-	char path[DETECT_PATH_LEN]; /* exec: the file executed; file: the path the call named (rename: the old) */
+	char path[DETECT_PATH_LEN]; /* exec: the file executed; file: the path the call named (rename: the old);
+				     * mount: the target */
 	__u8 args[DETECT_ARGS_LEN]; /* exec: argv, NUL-separated (bytes: a char array decodes up to its
-				     * first NUL); file, rename: the new path */
+				     * first NUL); file, rename: the new path; mount, fsopen: the filesystem
+				     * type at DETECT_FSTYPE_AT, mount's source at DETECT_SOURCE_AT */
 };
 
 #endif /* __DETECT_H */

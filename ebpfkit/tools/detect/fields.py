@@ -21,7 +21,8 @@ DUP_CALLS = {1: "dup", 2: "dup2", 3: "dup3", 4: "fcntl"}                      # 
 FILE_CALLS = {1: "open", 2: "openat", 3: "openat2", 4: "creat", 5: "truncate", 6: "ftruncate",  # enum
               7: "rename", 8: "renameat", 9: "renameat2", 10: "unlink", 11: "unlinkat"}       # detect_file_call
 SYS_CALLS = {1: "setuid", 2: "setreuid", 3: "setresuid", 4: "capset", 5: "ptrace", 6: "init_module",  # enum
-             7: "finit_module", 8: "bpf"}                                                          # detect_sys_call
+             7: "finit_module", 8: "bpf", 9: "mount", 10: "fsopen"}                                # detect_sys_call
+FSTYPE_AT, SOURCE_AT = 0, 128   # DETECT_FSTYPE_AT, DETECT_SOURCE_AT
 PTRACE_REQUESTS = {0: "PTRACE_TRACEME", 1: "PTRACE_PEEKTEXT", 2: "PTRACE_PEEKDATA", 4: "PTRACE_POKETEXT",
                    5: "PTRACE_POKEDATA", 6: "PTRACE_POKEUSR", 7: "PTRACE_CONT", 8: "PTRACE_KILL",
                    9: "PTRACE_SINGLESTEP", 12: "PTRACE_GETREGS", 13: "PTRACE_SETREGS", 16: "PTRACE_ATTACH",
@@ -75,6 +76,9 @@ FIELDS: dict[str, FieldSpec] = {
     "evt.arg.pid": S("int", doc="ptrace: the target process"),
     "evt.arg.cmd": S("str", doc="bpf: the command (only BPF_PROG_LOAD is reported)"),
     "proc.is_exe_from_memfd": S("str", doc="execve: true when the file executed is a memfd (fileless)"),
+    "evt.arg.fstype": S("str", doc="mount, fsopen: the filesystem type"),
+    "evt.arg.source": S("str", doc="mount: the source (a device, a directory, or a name)"),
+    "evt.arg.target": S("str", doc="mount: where it is mounted"),
     "socket.ino": S("int", doc="the network socket involved, by inode: connect's, the one duplicated, or the "
                                "first on the process's stdio (shared by every process it was passed to)"),
 }
@@ -194,6 +198,13 @@ def _uid_asked(f: EventFields):
     return -1 if uid & 0xFFFFFFFF == 0xFFFFFFFF else uid & 0xFFFFFFFF
 
 
+def _mount_arg(f: EventFields, at: int):
+    ev = f.event
+    if ev.kind != SYSCALL or ev.call not in (9, 10) or (at == SOURCE_AT and ev.call != 9):
+        return None
+    return bytes(ev.args[at:]).partition(b"\0")[0].decode(errors="replace")
+
+
 def _syscall(f: EventFields, call: int, value):
     return value if f.event.kind == SYSCALL and f.event.call == call else None
 
@@ -259,6 +270,9 @@ _GETTERS = {
     "evt.arg.request": lambda f: _syscall(f, 5, PTRACE_REQUESTS.get(f.event.arg[0], str(f.event.arg[0]))),
     "evt.arg.pid": lambda f: _syscall(f, 5, f.event.arg[1]),
     "evt.arg.cmd": lambda f: _syscall(f, 8, BPF_COMMANDS.get(f.event.arg[0], str(f.event.arg[0]))),
+    "evt.arg.fstype": lambda f: _mount_arg(f, FSTYPE_AT),
+    "evt.arg.source": lambda f: _mount_arg(f, SOURCE_AT),
+    "evt.arg.target": lambda f: _syscall(f, 9, f.event.path),
     "proc.is_exe_from_memfd": lambda f: ("true" if f.event.exe_memfd else "false") if f.event.kind == EXEC else None,
     "socket.ino": lambda f: f.event.socket_ino or None,
 }

@@ -33,7 +33,8 @@ class Need:
 NEVER, ANYTHING = Need(never=True), Need(anything=True)
 KINDS = {"execve": {"execve"}, "connect": {"connect"}, "dup": {"dup", "dup2", "dup3", "fcntl"},
          "file": set(FILE_CALLS.values()), "privilege": {"setuid", "setreuid", "setresuid", "capset"},
-         "ptrace": {"ptrace"}, "module": {"init_module", "finit_module"}, "bpf": {"bpf"}}
+         "ptrace": {"ptrace"}, "module": {"init_module", "finit_module"}, "bpf": {"bpf"},
+         "mount": {"mount", "fsopen"}}
 BAIT_FIELDS = frozenset({"bait.name", "fd.name", "evt.killed"})  # every bait event has them
 
 

@@ -36,7 +36,7 @@ from .fields import EXEC, FIELDS, FILE_CALLS, EventFields
 PROGRAM = os.path.join(os.path.dirname(__file__), "detect.bpf.c")
 BUILTIN_RULES = os.path.join(os.path.dirname(__file__), "builtin_rules.yaml")
 HOOK = ("raw tracepoint sched_process_exec, syscall tracepoints connect/dup/dup2/dup3/fcntl, "
-        "setuid/setreuid/setresuid/capset, ptrace, init_module/finit_module, bpf")
+        "setuid/setreuid/setresuid/capset, ptrace, init_module/finit_module, bpf, mount/fsopen")
 FILE_HOOK = ("and, for watched files (baits, paths rules name), the exits of open/openat/openat2/creat, "
              "ftruncate, truncate, rename*, unlink*")
 WATCH_MAX = 4096  # DETECT_WATCH_MAX
@@ -48,7 +48,8 @@ FILE_PROGRAMS = {"open": ("detect_open_exit",), "openat": ("detect_openat_exit",
                  "truncate": ("detect_truncate",), "ftruncate": ("detect_ftruncate",), "rename": ("detect_rename",),
                  "renameat": ("detect_renameat",), "renameat2": ("detect_renameat2",), "unlink": ("detect_unlink",),
                  "unlinkat": ("detect_unlinkat",)}
-WATCHED_CALLS = ("setuid", "setreuid", "setresuid", "capset", "ptrace", "init_module", "finit_module", "bpf")
+WATCHED_CALLS = ("setuid", "setreuid", "setresuid", "capset", "ptrace", "init_module", "finit_module", "bpf",
+                 "mount", "fsopen")
 
 
 @dataclass(frozen=True)
@@ -135,7 +136,7 @@ class Session(ToolSession):
                 "connect_fd_max": connect.fd_max, "bait_kill": _call_bits(self.killing),
                 "watch_dirs": any(e.is_dir for e in self.watching),
                 **{f"want_{kind}": not prefilter.for_kind(rules, kind).never
-                   for kind in ("privilege", "ptrace", "module", "bpf")}})
+                   for kind in ("privilege", "ptrace", "module", "bpf", "mount")}})
             self._attach_file_calls(spec, bool(self.watching))
             self._obj = spec.load()
             if self.missing:

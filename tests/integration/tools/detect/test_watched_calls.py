@@ -126,3 +126,21 @@ def test_sigkill_of_the_target_does_not_matter_to_the_alert(session):
     target.wait()
     alerts = alerts_within(session, 1.0, "Ptrace attach or injection")
     assert [a.event["evt.arg.request"] for a in alerts] == ["PTRACE_SEIZE"]
+
+
+def test_a_kernel_interface_filesystem_mounted(session, tmp_path):
+    """debugfs mounted in a mount namespace of its own (gone with the command): the call is
+    mount(2) or, with a newer util-linux, fsopen(2)."""
+    target = tmp_path / "mnt"
+    target.mkdir()
+    mounted = subprocess.run(["unshare", "-m", "--propagation", "private", "mount", "-t", "debugfs", "none",
+                              str(target)], capture_output=True, text=True, timeout=30)
+    alerts = alerts_within(session, 1.0, "Kernel interface filesystem mounted")
+    assert mounted.returncode == 0, mounted.stderr
+    assert [(a.event["evt.type"], a.event["evt.arg.fstype"], a.event["proc.name"]) for a in alerts] in (
+        [("mount", "debugfs", "mount")], [("fsopen", "debugfs", "mount")])
+    if alerts[0].event["evt.type"] == "mount":
+        assert alerts[0].event["evt.arg.target"] == str(target) and alerts[0].event["evt.arg.source"] == "none"
+    tmpfs = subprocess.run(["unshare", "-m", "--propagation", "private", "mount", "-t", "tmpfs", "none",
+                            str(target)], capture_output=True, timeout=30)
+    assert tmpfs.returncode == 0 and alerts_within(session, 0.5, "Kernel interface filesystem mounted") == []
