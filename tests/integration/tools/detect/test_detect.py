@@ -306,6 +306,18 @@ FILELESS = ("import os\nfd = os.memfd_create('payload')\nos.write(fd, open('/bin
             "os.execv(f'/proc/self/fd/{fd}', ['payload'])")
 
 
+@pytest.mark.skipif(not (shutil.which("nginx") and shutil.which("wrk")), reason="needs nginx and wrk")
+def test_nginx_under_wrk_raises_nothing(session, child_cgroup):
+    """Three nginx processes (a balancer and two web servers) under two seconds of wrk."""
+    from ebpfkit.tools.sockmap import bench
+
+    alerts_within(session, 0.3)  # whatever came before
+    result = bench.nginx_wrk(child_cgroup, 2.0)
+    alerts = alerts_within(session, 1.0)
+    assert result["req_per_s"] > 100 and len(result["backends_seen"]) == 2, result
+    assert alerts == [], [(a.rule, a.output) for a in alerts]
+
+
 def test_pipes_and_named_pipes_alone_raise_nothing(session, tmp_path):
     fifo = tmp_path / "f"
     alerts_within(session, 0.3)  # whatever came before
