@@ -93,6 +93,8 @@ def run(rules, builtin, action, alert_log, no_alert_log):
         out.info("hook: %s", session.hook)
         for warning in session.warnings:
             out.warning("%s", warning)
+        if session.unwatched:
+            out.info("not watched (not here): %s", ", ".join(session.unwatched))
         if session.baits:
             planted = sum(b.planted for b in session.baits)
             out.info("baits: %d files (%d planted); %s", len(session.baits), planted,

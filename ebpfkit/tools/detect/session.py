@@ -117,14 +117,7 @@ class Session(ToolSession):
         self.warnings: list[str] = []
         self.missing: list[str] = []           # watched calls this kernel has no tracepoint for
         if not prefilter.for_kind(rules, "file").never:
-            # planted before anything is attached: detect's own writes are not events
-            baits, self.warnings = bait_files.place(self.ruleset.baits.values())
-            files, dirs = prefilter.named_paths(rules)
-            named, self.unwatched = watch.resolve(files - {b.path for b in baits}, dirs)
-            self.watching = baits + named
-        if len(self.watching) > WATCH_MAX:
-            bait_files.remove_planted(self.watching)
-            raise ConfigError("rules", f"{len(self.watching)} files and directories to watch, more than {WATCH_MAX}")
+            self._plan_watching(rules)
         self.hook = HOOK + (f"; {FILE_HOOK}" if self.watching else "")
         try:
             spec = compile_bpf(PROGRAM)
@@ -137,7 +130,7 @@ class Session(ToolSession):
                 "watch_dirs": any(e.is_dir for e in self.watching),
                 **{f"want_{kind}": not prefilter.for_kind(rules, kind).never
                    for kind in ("privilege", "ptrace", "module", "bpf", "mount")}})
-            self._attach_file_calls(spec, bool(self.watching))
+            self.missing = select_programs(spec, files=bool(self.watching))
             self._obj = spec.load()
             if self.missing:
                 self.hook += f" (no tracepoint here for {', '.join(self.missing)}: not watched)"
@@ -155,18 +148,17 @@ class Session(ToolSession):
         self._containers: dict[int, str] = {}
         self._lost_seen = 0
 
-    def _attach_file_calls(self, spec, wanted: bool) -> None:
-        from ...engine import features
-
-        for call, programs in FILE_PROGRAMS.items():
-            # open(2), creat(2), rename(2)... exist on x86_64, not on arm64
-            exists = wanted and features.have_tracepoint("syscalls", f"sys_enter_{call}")
-            for name in programs:
-                spec.programs[name].autoload = exists
-        for call in WATCHED_CALLS:  # init_module and finit_module: not without CONFIG_MODULES
-            if not features.have_tracepoint("syscalls", f"sys_enter_{call}"):
-                spec.programs[f"detect_{call}"].autoload = False
-                self.missing.append(call)
+    def _plan_watching(self, rules) -> None:
+        """The baits (planted now, before anything is attached: detect's own writes are not
+        events) and the paths the rules name."""
+        baits, self.warnings = bait_files.place(self.ruleset.baits.values())
+        files, dirs = prefilter.named_paths(rules)
+        named, self.unwatched = watch.resolve(files - {b.path for b in baits}, dirs)
+        if len(baits) + len(named) > WATCH_MAX:
+            bait_files.remove_planted(baits)
+            raise ConfigError("rules", f"{len(baits) + len(named)} files and directories to watch, "
+                                       f"more than {WATCH_MAX}")
+        self.watching = baits + named
 
     def _watch(self) -> None:
         keys, names, flags = (self._obj.maps[m] for m in ("watch_keys", "watch_names", "watch_flags"))
@@ -247,6 +239,22 @@ class Session(ToolSession):
             self._obj = None
         bait_files.remove_planted(self.watching)
         self.watching = []
+
+
+def select_programs(spec, files: bool) -> list[str]:
+    """Leave out of ``spec`` what is not attached here: the file programs unless files are
+    watched, and those of calls this kernel has no tracepoint for (open(2) and friends on
+    arm64; init_module and finit_module without CONFIG_MODULES). The watched calls left out."""
+    from ...engine import features
+
+    for call, programs in FILE_PROGRAMS.items():
+        exists = files and features.have_tracepoint("syscalls", f"sys_enter_{call}")
+        for name in programs:
+            spec.programs[name].autoload = exists
+    missing = [call for call in WATCHED_CALLS if not features.have_tracepoint("syscalls", f"sys_enter_{call}")]
+    for call in missing:
+        spec.programs[f"detect_{call}"].autoload = False
+    return missing
 
 
 def _call_bits(calls) -> int:
