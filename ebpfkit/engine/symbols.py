@@ -199,7 +199,7 @@ def kernel_symbols() -> KernelSymbols:
 
 PT_LOAD = 1
 PF_X = 1
-SHT_SYMTAB, SHT_DYNSYM, SHT_NOTE, SHT_GNU_VERSYM = 2, 11, 7, 0x6FFFFFFF
+SHT_SYMTAB, SHT_DYNSYM, SHT_NOTE, SHT_GNU_HASH, SHT_GNU_VERSYM = 2, 11, 7, 0x6FFFFFF6, 0x6FFFFFFF
 STT_FUNC, STT_GNU_IFUNC = 2, 10
 STB_LOCAL, STB_GLOBAL, STB_WEAK = 0, 1, 2
 _BIND_RANK = {STB_GLOBAL: 0, STB_WEAK: 1, STB_LOCAL: 2}
@@ -414,6 +414,66 @@ class ElfSymbols:
         return None
 
 
+class ElfExports(ElfSymbols):
+    """Only what finding an exported function by name needs: .dynsym through the file's GNU hash
+    table, read on demand. Reading every symbol takes libc ~10 ms in Python; this, well under one.
+    ``lookup`` answers None where the table does not have the name (or the file has no table)."""
+
+    def _collect(self, f, sections: list[_Section]) -> None:
+        self.has_symtab = any(sec.type == SHT_SYMTAB for sec in sections)
+        self._hash = None
+        for sec in sections:
+            if sec.type != SHT_GNU_HASH or sec.link >= len(sections):
+                continue
+            dynsym = sections[sec.link]
+            if dynsym.type != SHT_DYNSYM or dynsym.link >= len(sections):
+                continue
+            strtab = sections[dynsym.link]
+            self._hash = self._read_at(f, sec.offset, sec.size)
+            self._dynsym = self._read_at(f, dynsym.offset, dynsym.size)
+            self._dynstr = self._read_at(f, strtab.offset, strtab.size)
+            self._hidden = self._hidden_versions(f, sections, len(self._dynsym) // 24)
+            return
+
+    @property
+    def has_hash_table(self) -> bool:
+        return self._hash is not None
+
+    def lookup(self, name: str) -> int | None:
+        """The address of the exported function ``name``, ranked as ``ElfSymbols`` ranks
+        (a default version before a hidden one, global before weak)."""
+        if self._hash is None:
+            return None
+        end, table = self._end, self._hash
+        nbuckets, symoffset, bloom_size, _ = struct.unpack_from(end + "IIII", table)
+        if nbuckets == 0:
+            return None
+        wanted = name.encode()
+        h = 5381
+        for byte in wanted:
+            h = (h * 33 + byte) & 0xFFFFFFFF
+        buckets = 16 + bloom_size * 8
+        index = struct.unpack_from(end + "I", table, buckets + (h % nbuckets) * 4)[0]
+        if index < symoffset:
+            return None
+        chains = buckets + nbuckets * 4
+        best = None
+        while chains + (index - symoffset) * 4 + 4 <= len(table):
+            link = struct.unpack_from(end + "I", table, chains + (index - symoffset) * 4)[0]
+            if (link | 1) == (h | 1) and index * 24 + 24 <= len(self._dynsym):
+                st_name, info, _, shndx, value, _ = struct.unpack_from(end + "IBBHQQ", self._dynsym, index * 24)
+                if (info & 0xF) in (STT_FUNC, STT_GNU_IFUNC) and shndx != 0 and value != 0 \
+                        and self._dynstr[st_name:st_name + len(wanted) + 1] == wanted + b"\0":
+                    hidden = bool(self._hidden and index < len(self._hidden) and self._hidden[index])
+                    rank = (hidden, _BIND_RANK.get(info >> 4, 3))
+                    if best is None or rank < best[0]:
+                        best = (rank, value)
+            if link & 1:  # the chain's last entry
+                break
+            index += 1
+        return best[1] if best else None
+
+
 def _cstr(data: bytes, offset: int) -> str:
     end = data.find(b"\0", offset)
     return data[offset:end if end >= 0 else len(data)].decode(errors="replace")
@@ -432,8 +492,12 @@ def file_identity(path: str) -> tuple:
 
 def elf_symbols(path: str) -> ElfSymbols:
     """Parsed symbols of ``path``, cached by file identity (device, inode, mtime, size)."""
+    return _cached(path, ElfSymbols)
+
+
+def _cached(path: str, kind: type) -> ElfSymbols:
     try:
-        key = file_identity(path)
+        key = (kind, *file_identity(path))
     except OSError as exc:
         raise SymbolError(f"cannot open {path}: {exc.strerror}") from None
     with _elf_lock:
@@ -442,12 +506,12 @@ def elf_symbols(path: str) -> ElfSymbols:
             _elf_cache.move_to_end(key)
             return cached
     try:
-        elf = ElfSymbols(path)
+        elf = kind(path)
     except OSError as exc:
         raise SymbolError(f"cannot read {path}: {exc.strerror}") from None
     except (struct.error, ValueError, IndexError):
         raise SymbolError(f"{path} is a truncated or malformed ELF file") from None
-    elf.identity = key
+    elf.identity = key[1:]  # the file's, without the kind
     with _elf_lock:
         _elf_cache[key] = elf
         while len(_elf_cache) > _ELF_CACHE_SIZE:
@@ -457,9 +521,17 @@ def elf_symbols(path: str) -> ElfSymbols:
 
 def elf_symbol_offset(path: str, name: str, debug_file: bool = True) -> int:
     """File offset of function ``name`` in ``path`` (what a uprobe by offset needs);
-    ``debug_file=False`` for a name the file exports, when absence is no error worth a slow look."""
-    elf = elf_symbols(path)
-    vaddr = elf.symbol_vaddr(name, debug_file)
+    ``debug_file=False`` for a name the file exports, when absence is no error worth a slow look.
+    An exported name is found through the file's hash table; others by reading every symbol."""
+    exports = _cached(path, ElfExports)
+    vaddr = exports.lookup(name)
+    if vaddr is not None:
+        elf = exports
+    elif exports.has_hash_table and not exports.has_symtab and not debug_file:
+        elf = None  # a stripped file: what .dynsym lacks, it does not have
+    else:
+        elf = elf_symbols(path)
+        vaddr = elf.symbol_vaddr(name, debug_file)
     if vaddr is None:
         raise SymbolError(f"no function '{name}' in {path} (neither .symtab nor .dynsym has it)")
     offset = elf.vaddr_to_file_offset(vaddr)

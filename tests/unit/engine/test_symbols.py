@@ -13,7 +13,7 @@ import pytest
 
 from ebpfkit.engine import symbols as S
 from ebpfkit.engine.symbols import (
-    ElfSymbols, KernelSymbols, ProcessSymbols, StackTraces, Symbol, SymbolError, Symbolizer,
+    ElfExports, ElfSymbols, KernelSymbols, ProcessSymbols, StackTraces, Symbol, SymbolError, Symbolizer,
     elf_entry_file_offset, elf_symbol_offset,
 )
 
@@ -176,6 +176,39 @@ def test_shared_library_in_this_process(tmp_path):
     sym = ProcessSymbols(os.getpid()).resolve(addr + 2)
     assert sym == Symbol("gamma_fn", 2, "libsym_test.so")
     assert str(sym) == "gamma_fn+0x2 [libsym_test.so]"
+
+
+LIBC = "/usr/lib/x86_64-linux-gnu/libc.so.6"
+
+
+@pytest.mark.skipif(not os.path.exists(LIBC), reason="needs Debian's libc path")
+def test_exported_lookup_agrees_with_every_symbol_of_libc():
+    """The hash-table lookup (what attaching by name uses) finds every function libc exports at
+    the address reading all its symbols gives, versioned names (memcpy@GLIBC_2.2.5) included."""
+    exports, full = ElfExports(LIBC), ElfSymbols(LIBC)
+    assert exports.has_hash_table and not exports.has_symtab
+    names = list(full._by_name)
+    assert len(names) > 1000
+    assert {n: exports.lookup(n) for n in names} == {n: full.symbol_vaddr(n, False) for n in names}
+    assert exports.lookup("no_such_function_here") is None
+    assert exports.lookup("stdout") is None  # an object, not a function
+
+
+@pytest.mark.parametrize("hash_style", ["gnu", "sysv"])
+def test_exported_and_local_functions_by_name(tmp_path, hash_style):
+    """A library with the GNU hash table and one without (sysv only) give the same offsets as
+    nm; a static function is found by reading .symtab, and not at all once stripped."""
+    source = LIBRARY + "static __attribute__((noinline, used)) int hidden_fn(int x) { return x - 1; }\n"
+    lib = _gcc(tmp_path, source, f"lib_{hash_style}.so", ["-shared", "-fPIC", f"-Wl,--hash-style={hash_style}"])
+    assert ElfExports(lib).has_hash_table == (hash_style == "gnu")
+    nm = _nm(lib)
+    for name in ("gamma_fn", "delta_fn", "hidden_fn"):
+        assert elf_symbol_offset(lib, name, debug_file=False) == _file_offset(lib, nm[name])
+    stripped = str(tmp_path / f"stripped_{hash_style}.so")
+    subprocess.run(["strip", "-o", stripped, lib], check=True)
+    assert elf_symbol_offset(stripped, "delta_fn", debug_file=False) == _file_offset(lib, nm["delta_fn"])
+    with pytest.raises(SymbolError, match="hidden_fn"):
+        elf_symbol_offset(stripped, "hidden_fn", debug_file=False)
 
 
 # --- processes ---
