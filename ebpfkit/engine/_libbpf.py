@@ -430,7 +430,17 @@ def _libbpf_print(level, fmt, args):
     return 0
 
 
-lib.libbpf_set_print(_libbpf_print)
+_NO_PRINT = print_fn_t()  # NULL: libbpf prints nothing
+
+
+def sync_print() -> None:
+    """Have libbpf call back only when someone reads its messages: opening an object prints a
+    few hundred debug lines, and each call into Python costs microseconds even when dropped."""
+    wanted = bool(_print_listeners) or _log.isEnabledFor(INFO)
+    lib.libbpf_set_print(_libbpf_print if wanted else _NO_PRINT)
+
+
+sync_print()
 
 
 class capture_libbpf_messages:
@@ -444,8 +454,10 @@ class capture_libbpf_messages:
 
     def __enter__(self):
         _print_listeners.append(self._listen)
+        sync_print()
         return self
 
     def __exit__(self, *exc):
         _print_listeners.remove(self._listen)
+        sync_print()
         return False

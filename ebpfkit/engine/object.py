@@ -254,10 +254,14 @@ class ObjectSpec(_Base, Resource):
         self._loaded = False
         opts = L.bpf_object_open_opts(object_name=self.name.encode(),
                                       btf_custom_path=os.fsencode(btf_path) if btf_path else None)
-        with L.capture_libbpf_messages() as messages:
-            self._obj = L.lib.bpf_object__open_file(os.fsencode(self.path), ctypes.byref(opts))
+        L.sync_print()  # libbpf's few hundred lines while opening are read only to explain a failure:
+        self._obj = L.lib.bpf_object__open_file(os.fsencode(self.path), ctypes.byref(opts))
         if not self._obj:
             err = L.errno()
+            with L.capture_libbpf_messages() as messages:  # so open it again, listening
+                again = L.lib.bpf_object__open_file(os.fsencode(self.path), ctypes.byref(opts))
+            if again:
+                L.lib.bpf_object__close(again)
             raise LoadError(f"cannot open BPF object {self.path}: {os.strerror(err)}\n"
                             + "\n".join(messages.lines[-5:]))
         self._scan()

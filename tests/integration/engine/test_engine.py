@@ -15,6 +15,7 @@ import pytest
 import ebpfkit.engine as engine
 from ebpfkit.engine import inventory
 from ebpfkit.engine.btftypes import EnumValue
+from ebpfkit.engine.object import ObjectSpec
 from ebpfkit.errors import CompileError, LoadError, MapError, NotSupportedError, VerifierError
 from ebpfkit.histogram import Log2Histogram
 from helpers import wait_for
@@ -706,6 +707,20 @@ def test_compile_error_points_at_file_line_and_source():
     assert "use of undeclared identifier 'no_such_variable'" in msg
     diag = exc.value.diagnostics[0]
     assert (diag["file"], diag["line"], diag["col"], diag["severity"]) == ("broken.bpf.c", bad, col, "error")
+
+
+def test_an_object_libbpf_cannot_open_is_explained_by_libbpf(tmp_path):
+    """libbpf is not listened to while it opens (hundreds of debug lines cost a start ~5 ms): a
+    failure opens it again, listening, so the error still carries libbpf's own reason."""
+    source = tmp_path / "host.c"
+    source.write_text("int f(int x) { return x + 1; }\n")
+    host_object = tmp_path / "host.o"
+    subprocess.run(["gcc", "-c", "-o", str(host_object), str(source)], check=True)
+    with pytest.raises(LoadError) as exc:
+        ObjectSpec(host_object)
+    msg = str(exc.value)
+    assert f"cannot open BPF object {host_object}" in msg, msg
+    assert "not a valid eBPF object" in msg, msg
 
 
 def test_fentry_load_refused_by_this_host_raises_not_supported():
