@@ -28,7 +28,6 @@ import ctypes
 import errno as _errno
 import functools
 import os
-import platform
 import struct
 import sys
 import tempfile
@@ -99,7 +98,7 @@ def _return(value: int) -> bytes:
 
 def _kernel_version_code() -> int:
     # only pre-5.0 kernels check kern_version for kprobe programs, but it costs nothing
-    parts = [int(p) for p in platform.release().split("-")[0].split(".")[:3] if p.isdigit()]
+    parts = [int(p) for p in os.uname().release.split("-")[0].split(".")[:3] if p.isdigit()]
     major, minor, patch = (parts + [0, 0, 0])[:3]
     return (major << 16) + (minor << 8) + min(patch, 255)
 
@@ -335,7 +334,7 @@ _CAUSES = {
 # --- facts -----------------------------------------------------------------------------
 
 def kernel_release() -> str:
-    return platform.release()
+    return os.uname().release
 
 
 def libbpf_version() -> str:

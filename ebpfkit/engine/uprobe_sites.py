@@ -15,7 +15,7 @@ only for that shape, so for an entry probe the two places are the same.
 
 from __future__ import annotations
 
-import platform
+import os
 
 _REX = range(0x40, 0x50)
 _FLAGS_ONLY = {0x84, 0x85, 0x38, 0x39, 0x3a, 0x3b}  # test r/m,r and cmp, 8/32/64-bit
@@ -27,7 +27,7 @@ def entry_offset(path: str, offset: int) -> int:
     """The offset (in ``path``, as uprobes take it) to put an entry probe at for the function at
     ``offset``: past a first instruction that only compares two registers when a conditional
     jump follows it; else ``offset`` itself. Only on x86-64; an unreadable file keeps ``offset``."""
-    if platform.machine() != "x86_64":
+    if os.uname().machine != "x86_64":
         return offset
     try:
         with open(path, "rb") as f:
