@@ -13,6 +13,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include "ebpfkit.h"
+#include "ek_user_regs.h" /* no CO-RE for the registers: loads without the kernel's BTF */
 #include "memleak.h"
 
 #define MEMLEAK_STACK_FLAGS BPF_F_USER_STACK /* record() takes user stacks */

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import glob
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -266,6 +267,19 @@ def test_stacks_whose_slot_is_taken_are_kept_apart(tmp_path):
     spilled = [s for s in stacks if s["stack_id"] >= SPILL_BASE]
     assert spilled and all(s["frames"][0].startswith("site_") for s in spilled), stacks
     assert len([s for s in stacks if s["stack_id"] >= 0]) <= 8 + 2, stacks
+
+
+def test_user_mode_loads_without_the_kernels_btf(caplog):
+    """The uprobe programs read registers at their ABI offsets (ek_user_regs.h), not through
+    CO-RE: libbpf then never parses the kernel's BTF, 10-17 ms of every start and ~10 MiB."""
+    from ebpfkit.engine import compile as compile_bpf
+    from ebpfkit.tools.memleak.session import PROGRAM
+
+    caplog.set_level(logging.DEBUG, logger="ebpfkit.libbpf")  # libbpf's own lines
+    compile_bpf(PROGRAM).load().close()
+    lines = [r.getMessage() for r in caplog.records if r.name == "ebpfkit.libbpf"]
+    assert any("created successfully" in line for line in lines), lines[:5]  # listened
+    assert not [line for line in lines if "kernel BTF" in line or "CO-RE" in line]
 
 
 def test_sigkill_leaves_nothing(programs):
