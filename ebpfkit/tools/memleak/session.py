@@ -163,6 +163,8 @@ class Session(ToolSession):
             spec.maps["stacks"].max_entries = config.stack_storage_size
             spec.maps["spilled_stacks"].max_entries = max(config.stack_storage_size // SPILL_SHARE, 1)
             spec.maps["allocs"].max_entries = config.max_allocations
+            if not config.combined_only:  # never written: not worth preallocating at each start
+                spec.maps["combined"].max_entries = 1
             self._obj = spec.load()
             if config.kernel:
                 self._obj.attach()
