@@ -11,6 +11,7 @@ libbpf >= 1.0 reports errors as negative return values (int functions) or NULL p
 from __future__ import annotations
 
 import ctypes
+import os
 from ctypes import (
     CFUNCTYPE, POINTER, Structure, Union, c_bool, c_char, c_char_p, c_int, c_long, c_size_t,
     c_uint, c_uint8, c_uint32, c_uint64, c_ulong, c_void_p,
@@ -105,6 +106,31 @@ class bpf_link_create_opts(_Opts):
         ("sz", c_size_t), ("flags", c_u32), ("iter_info", c_void_p), ("iter_info_len", c_u32),
         ("target_btf_id", c_u32), ("u", _link_create_target),
     ]
+
+
+class bpf_attr_uprobe_multi(Structure):
+    """The BPF_LINK_CREATE attr for BPF_TRACE_UPROBE_MULTI (kernel 6.6): libbpf 1.1's
+    bpf_link_create() predates it, so the engine makes that one bpf() call itself. Padded to
+    the size of the kernel's union bpf_attr part it reads (the rest must be zero)."""
+    _fields_ = [
+        ("prog_fd", c_u32), ("target_fd", c_u32), ("attach_type", c_u32), ("flags", c_u32),
+        ("path", c_u64), ("offsets", c_u64), ("ref_ctr_offsets", c_u64), ("cookies", c_u64),
+        ("cnt", c_u32), ("multi_flags", c_u32), ("pid", c_u32), ("_pad", c_u32 * 15),
+    ]
+
+
+BPF_LINK_CREATE = 28
+BPF_F_UPROBE_MULTI_RETURN = 1
+_NR_BPF = {"x86_64": 321, "aarch64": 280, "s390x": 351, "ppc64le": 361, "riscv64": 280}
+
+
+def bpf_syscall(cmd: int, attr: Structure) -> int:
+    """bpf(cmd, attr): the result, or -errno (as libbpf's own calls return)."""
+    nr = _NR_BPF.get(os.uname().machine)
+    if nr is None:
+        return -38  # ENOSYS: not wired up for this architecture
+    ret = libc.syscall(nr, ctypes.c_int(cmd), ctypes.byref(attr), ctypes.c_uint(ctypes.sizeof(attr)))
+    return ret if ret >= 0 else -ctypes.get_errno()
 
 
 class bpf_map_batch_opts(_Opts):

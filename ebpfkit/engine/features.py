@@ -911,6 +911,29 @@ def _probe_uprobe():
     return _result(SUPPORTED, f"attached to {os.path.basename(binary)}+{offset:#x}")
 
 
+@_register("uprobe_multi", "uprobe_multi links (many uprobes, one link)")
+@_attach_probe
+def _probe_uprobe_multi():
+    """A link on "/" is refused for not being a file (EBADF) only by a kernel that knows the
+    link; one that also refuses an invalid pid (EINVAL) filters by process, not thread (the
+    first kernels with it filtered by thread: libbpf does not use them either)."""
+    with contextlib.ExitStack() as stack:
+        prog = _loaded(stack, ProgType.KPROBE, expected_attach_type=AttachType.TRACE_UPROBE_MULTI)
+        path, offset = ctypes.create_string_buffer(b"/"), (ctypes.c_uint64 * 1)(0)
+        for pid, expected in ((0, _errno.EBADF), (0xFFFFFFFF, _errno.EINVAL)):
+            attr = L.bpf_attr_uprobe_multi(
+                prog_fd=prog, attach_type=AttachType.TRACE_UPROBE_MULTI, path=ctypes.addressof(path),
+                offsets=ctypes.addressof(offset), cnt=1, pid=pid)
+            fd = L.bpf_syscall(L.BPF_LINK_CREATE, attr)
+            if fd >= 0:
+                os.close(fd)
+            if -fd != expected:
+                reason = ("" if pid == 0 else
+                          "this kernel's uprobe_multi filters by thread, not process (fixed in 6.10)")
+                raise _Failed("attach", abs(fd) if fd < 0 else 0, reason=reason)
+    return _result(SUPPORTED, "a uprobe_multi link was refused for what it named, not for its kind")
+
+
 @_register("perf_event", "perf_event (cpu-clock sampling)")
 @_attach_probe
 def _probe_perf_event():

@@ -183,6 +183,26 @@ def uprobe(prog, binary: str, symbol: str | None = None, offset: int = 0, pid: i
     return _from_ptr(ptr, "uretprobe" if retprobe else "uprobe", target, prog.name)
 
 
+def uprobe_multi(prog, binary: str, offsets: list[int], pid: int = -1, retprobe: bool = False) -> Link:
+    """``prog`` at every file offset of ``binary`` through one uprobe_multi link (kernel 6.6;
+    the program loaded for it, see Program.use_uprobe_multi). Attaching costs what N uprobes
+    cost, but detaching waits for one grace period instead of N (~50 ms each here)."""
+    if not os.path.exists(binary):
+        raise AttachError(f"cannot attach uprobe: {binary} does not exist")
+    path = ctypes.create_string_buffer(os.fsencode(binary))
+    places = (ctypes.c_uint64 * len(offsets))(*offsets)
+    attr = L.bpf_attr_uprobe_multi(
+        prog_fd=prog.fd, attach_type=AttachType.TRACE_UPROBE_MULTI, path=ctypes.addressof(path),
+        offsets=ctypes.addressof(places), cnt=len(offsets), pid=max(pid, 0),
+        multi_flags=L.BPF_F_UPROBE_MULTI_RETURN if retprobe else 0)
+    fd = L.bpf_syscall(L.BPF_LINK_CREATE, attr)
+    kind = "uretprobe.multi" if retprobe else "uprobe.multi"
+    target = f"{binary}:{len(offsets)} places"
+    if fd < 0:
+        raise attach_error(fd, kind, target, prog.name)
+    return Link(kind, target, fd=fd)
+
+
 def perf_event(prog, frequency: int = 0, period: int = 0, cpus: list[int] | None = None,
                pid: int = -1, **attr_fields) -> LinkGroup:
     """Run ``prog`` on a perf event (default: cpu-clock sampling) on every online CPU."""

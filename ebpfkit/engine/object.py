@@ -107,6 +107,15 @@ class Program:
                       retprobe: bool = False):
         return self._keep(links.uprobe(self, binary, symbol, offset, pid, retprobe))
 
+    def use_uprobe_multi(self) -> None:
+        """Load this uprobe program for attach_uprobe_multi (before load; where the kernel has
+        it: features.probe("uprobe_multi")). It then attaches only that way."""
+        self.set_type(ProgType.KPROBE, AttachType.TRACE_UPROBE_MULTI)
+
+    def attach_uprobe_multi(self, binary: str, offsets: list[int], pid: int = -1, retprobe: bool = False):
+        """One link for every offset of ``binary`` (see links.uprobe_multi)."""
+        return self._keep(links.uprobe_multi(self, binary, offsets, pid, retprobe))
+
     def attach_perf_event(self, frequency: int = 0, period: int = 0, cpus=None, pid: int = -1, **attr):
         return self._keep(links.perf_event(self, frequency, period, cpus, pid, **attr))
 
@@ -375,11 +384,11 @@ class Object(_Base, Resource):
         for reader in reversed(self._readers):
             reader.close()
         self._readers = []
+        probes = [link for link in self.links if link.kind in _WAITS_FOR_GRACE_PERIOD]
+        if len(probes) > 1:
+            _close_concurrently(probes)
         for link in reversed(self.links):
-            try:
-                link.close()
-            except Exception as exc:  # keep closing the rest
-                log.warning("detaching %r failed: %s", link, exc)
+            _close_link(link)
         self.links = []
         if self._obj:
             L.lib.bpf_object__close(self._obj)
@@ -398,6 +407,31 @@ class Object(_Base, Resource):
 
 
 _BPF_F_MMAPABLE, _BPF_F_RDONLY_PROG = 1 << 10, 1 << 7
+
+# Detaching one of these waits for an RCU grace period (~50 ms here), in close() itself;
+# independent of each other, so closed side by side: memleak's 9 links 410 -> 70 ms.
+_WAITS_FOR_GRACE_PERIOD = frozenset({"uprobe", "uretprobe", "uprobe.multi", "uretprobe.multi",
+                                     "kprobe", "kretprobe"})
+_CLOSERS = 32  # threads at most
+
+
+def _close_link(link) -> None:
+    try:
+        link.close()  # a second close does nothing
+    except Exception as exc:  # keep closing the rest
+        log.warning("detaching %r failed: %s", link, exc)
+
+
+def _close_concurrently(links: list) -> None:
+    import threading
+
+    for start in range(0, len(links), _CLOSERS):
+        threads = [threading.Thread(target=_close_link, args=(link,), name="ebpfkit-detach")
+                   for link in links[start:start + _CLOSERS]]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
 
 
 def _map_writable_globals(sections: dict) -> None:

@@ -5,9 +5,15 @@ host test's (tests/integration/tools/memleak/test_memleak_kernel.py): N pipes he
 kmalloc two objects each in alloc_pipe_info, a byte written into each allocates a page, and
 closing them frees both. The program is compiled here, against this kernel's BTF.
 
+User mode too: 6.1 has no uprobe_multi links (a perf link per uprobe), 6.12 has them.
+
 The same boots as test_prebuilt_vm.py (BPF-LSM on), so a run of both costs one boot a kernel."""
 
 from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -32,3 +38,35 @@ def test_held_pipes_slab_and_pages_outstanding_until_closed():
         assert low <= held - before <= 4 * PIPES, (slab, pages)
         assert after - before <= PIPES // 4, (slab, pages)
     assert counters["allocs_full"] == 0, counters
+
+
+LEAK_C = Path(__file__).parent.parent / "integration" / "tools" / "memleak" / "leak.c"
+LEAKS, SIZE = 5, 3000
+
+
+def test_user_mode_leak_exact_with_this_kernels_uprobe_links(tmp_path):
+    """leak.c (the host test's ground truth) leaks LEAKS blocks of SIZE bytes from leak_here():
+    exact, whether the kernel attaches through uprobe_multi links (6.6+) or a link per uprobe."""
+    from ebpfkit.engine import features, inventory
+    from ebpfkit.tools import memleak
+
+    major, minor = (int(x) for x in os.uname().release.split(".")[:2])
+    assert features.probe("uprobe_multi").supported == ((major, minor) >= (6, 10)), os.uname().release
+    binary = tmp_path / "leak"
+    subprocess.run(["gcc", "-g", "-fno-omit-frame-pointer", "-pthread", "-o", binary, LEAK_C], check=True)
+    program = subprocess.Popen([binary, "0", str(LEAKS), str(SIZE)], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        with memleak.open(pid=program.pid) as session:
+            kinds = {link.type.name for link in inventory.links()
+                     if (p := inventory.program(link.prog_id)) and p.name in session._obj.programs}
+            program.stdin.write("go\n")
+            program.stdin.flush()
+            assert program.stdout.readline().startswith("done")
+            stacks = session.sample().stacks
+    finally:
+        program.kill()
+        program.wait()
+    assert kinds == ({"UPROBE_MULTI"} if session.multi else {"PERF_EVENT"}), kinds
+    leak = [s for s in stacks if str(s.frames[0]).startswith("leak_here")]
+    assert [(s.bytes, s.count) for s in leak] == [(LEAKS * SIZE, LEAKS)], stacks

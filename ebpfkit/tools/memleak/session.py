@@ -153,6 +153,7 @@ class Session(ToolSession):
         self._history: dict[int, deque] = {}
         self._hold = None  # the pipe a started command waits on until the probes are attached
         self.pid = self.plan = None
+        self.multi = False  # attached through uprobe_multi links
         self.hooks: list[str] = []  # kernel mode: the tracepoints used
         try:
             spec = self._kernel_spec() if config.kernel else self._user_spec()
@@ -165,13 +166,13 @@ class Session(ToolSession):
             spec.maps["allocs"].max_entries = config.max_allocations
             if not config.combined_only:  # never written: not worth preallocating at each start
                 spec.maps["combined"].max_entries = 1
+            if not config.kernel:
+                self.multi = _use_uprobe_multi(spec, self.plan)
             self._obj = spec.load()
             if config.kernel:
                 self._obj.attach()
             else:
-                for probe in self.plan.probes:
-                    self._obj.programs[probe.program].attach_uprobe(
-                        probe.path, offset=probe.offset, pid=self.pid, retprobe=probe.retprobe)
+                self._attach_uprobes()
             self._symbolizer = Symbolizer()
             self._stacks = StackTraces(self._obj.maps["stacks"], self._symbolizer)
             self._spilled = StackTraces(self._obj.maps["spilled_stacks"], self._symbolizer)
@@ -248,6 +249,20 @@ class Session(ToolSession):
         spec.rodata["page_size"] = os.sysconf("SC_PAGE_SIZE")
         return spec
 
+    def _attach_uprobes(self) -> None:
+        """One uprobe_multi link per program and file where the kernel has them (leaving then
+        waits for one grace period, not one per uprobe: ~2 s less here), else a link each."""
+        if not self.multi:
+            for probe in self.plan.probes:
+                self._obj.programs[probe.program].attach_uprobe(
+                    probe.path, offset=probe.offset, pid=self.pid, retprobe=probe.retprobe)
+            return
+        groups: dict[tuple, list[int]] = {}
+        for probe in self.plan.probes:
+            groups.setdefault((probe.program, probe.path, probe.retprobe), []).append(probe.offset)
+        for (program, path, retprobe), offsets in groups.items():
+            self._obj.programs[program].attach_uprobe_multi(path, offsets, pid=self.pid, retprobe=retprobe)
+
     def _release(self) -> None:
         """Let the started command exec (it waits for a line on its pipe)."""
         if self._hold is not None:
@@ -287,6 +302,19 @@ class Session(ToolSession):
         if self.config.kernel:
             return tuple(kernel.kernel_frames(self._symbolizer, addresses))
         return tuple(user_frames(self._symbolizer, self.pid, addresses))
+
+
+def _use_uprobe_multi(spec, plan) -> bool:
+    """Load only the plan's programs, as uprobe_multi programs where the kernel has those."""
+    from ...engine import features
+
+    used = {probe.program for probe in plan.probes}
+    multi = features.probe("uprobe_multi").supported
+    for name, program in spec.programs.items():
+        program.autoload = name in used
+        if multi and name in used:
+            program.use_uprobe_multi()
+    return multi
 
 
 def _signed(stack_id) -> int:

@@ -27,7 +27,7 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="feature probes need root"),
 ]
 
-SUPPORTED_HERE = ["tracepoint", "raw_tp", "tp_btf", "uprobe", "perf_event", "xdp_native",
+SUPPORTED_HERE = ["tracepoint", "raw_tp", "tp_btf", "uprobe", "uprobe_multi", "perf_event", "xdp_native",
                   "xdp_generic", "tc", "sockops", "sk_msg", "cgroup_skb", "cgroup_sock_addr",
                   "prog_test_run", "btf", "kernel_btf", "libbpf", "tracefs", "bpffs"]
 

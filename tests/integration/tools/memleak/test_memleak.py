@@ -269,6 +269,53 @@ def test_stacks_whose_slot_is_taken_are_kept_apart(tmp_path):
     assert len([s for s in stacks if s["stack_id"] >= 0]) <= 8 + 2, stacks
 
 
+def _leak_traced_in_process(program, monkeypatch, uprobe_multi: bool) -> tuple[dict, dict]:
+    """memleak's session on ``program`` (uprobe_multi links, or a link per uprobe as on kernels
+    before 6.6): the leak's (bytes, count) and the kinds of the kernel links of its programs."""
+    from ebpfkit.engine import features, inventory
+    from ebpfkit.engine.features import UNSUPPORTED, Probe
+    from ebpfkit.tools import memleak
+
+    if not uprobe_multi:
+        real = features.probe
+        monkeypatch.setattr(features, "probe", lambda name: Probe(name, name, UNSUPPORTED, "as on 6.1")
+                            if name == "uprobe_multi" else real(name))
+    try:
+        with memleak.open(pid=program.pid) as session:
+            assert session.multi == uprobe_multi
+            ours = {p.id: p.name for p in inventory.programs() if p.name in set(session._obj.programs)}
+            kinds: dict = {}
+            for link in inventory.links():
+                if link.prog_id in ours:
+                    kinds.setdefault(ours[link.prog_id], []).append(link.type.name)
+            go(program)
+            leak = next(s for s in session.sample().stacks if str(s.frames[0]).startswith("leak_here"))
+            return (leak.bytes, leak.count), kinds
+    finally:
+        program.kill()
+        program.wait()
+
+
+def test_one_uprobe_multi_link_per_program_and_file(programs, monkeypatch):
+    """Where the kernel has uprobe_multi (6.6, this host), each program gets one link for all its
+    places (leaving then waits for one grace period, not 36); the leak is still exact."""
+    from ebpfkit.engine import features
+
+    assert features.probe("uprobe_multi").supported, "the host's 6.18 has uprobe_multi links"
+    leak, kinds = _leak_traced_in_process(start(programs["c"], 0, LEAKS, SIZE), monkeypatch, True)
+    assert leak == (LEAKS * SIZE, LEAKS)
+    assert kinds["alloc_return"] == ["UPROBE_MULTI"] and kinds["malloc_enter"] == ["UPROBE_MULTI"], kinds
+    assert {kind for k in kinds.values() for kind in k} == {"UPROBE_MULTI"}, kinds
+    assert "delete_enter" not in kinds  # no C++ here: not even loaded
+
+
+def test_a_link_per_uprobe_without_uprobe_multi(programs, monkeypatch):
+    """The way kernels before 6.6 attach (a perf link per uprobe), on this host: same result."""
+    leak, kinds = _leak_traced_in_process(start(programs["c"], 0, LEAKS, SIZE), monkeypatch, False)
+    assert leak == (LEAKS * SIZE, LEAKS)
+    assert len(kinds["alloc_return"]) == 8 and {kind for k in kinds.values() for kind in k} == {"PERF_EVENT"}, kinds
+
+
 def test_user_mode_loads_without_the_kernels_btf(caplog):
     """The uprobe programs read registers at their ABI offsets (ek_user_regs.h), not through
     CO-RE: libbpf then never parses the kernel's BTF, 10-17 ms of every start and ~10 MiB."""
