@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import PIPE_INFO, PIPE_PAGE, pipe_allocations
+from helpers import PIPE_INFO, PIPE_PAGE, pipe_allocations, wait_for
 
 pytestmark = [pytest.mark.vm(kernel=["6.1", "6.12"], lsm=True, timeout=1200)]
 
@@ -57,6 +57,7 @@ def test_user_mode_leak_exact_with_this_kernels_uprobe_links(tmp_path):
     program = subprocess.Popen([binary, "0", str(LEAKS), str(SIZE)], stdin=subprocess.PIPE,
                                stdout=subprocess.PIPE, text=True)
     try:
+        assert wait_for(lambda: "libc.so" in Path(f"/proc/{program.pid}/maps").read_text(), timeout=30)  # past ld.so
         with memleak.open(pid=program.pid) as session:
             kinds = {link.type.name for link in inventory.links()
                      if (p := inventory.program(link.prog_id)) and p.name in session._obj.programs}

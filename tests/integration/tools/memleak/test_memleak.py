@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import RunningTool, ek, signalled_run_leaves_nothing
+from helpers import RunningTool, ek, signalled_run_leaves_nothing, wait_for
 
 pytestmark = [
     pytest.mark.integration,
@@ -281,6 +281,7 @@ def _leak_traced_in_process(program, monkeypatch, uprobe_multi: bool) -> tuple[d
         monkeypatch.setattr(features, "probe", lambda name: Probe(name, name, UNSUPPORTED, "as on 6.1")
                             if name == "uprobe_multi" else real(name))
     try:
+        assert wait_for(lambda: "libc.so" in Path(f"/proc/{program.pid}/maps").read_text(), timeout=30)
         with memleak.open(pid=program.pid) as session:
             assert session.multi == uprobe_multi
             ours = {p.id: p.name for p in inventory.programs() if p.name in set(session._obj.programs)}
