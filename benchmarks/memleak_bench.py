@@ -296,7 +296,7 @@ class Started:
         held = inventory.held_by(self.proc.pid)
         links = [inventory.link(i) for i in held["link"]]
         self.programs = set(held["prog"]) | {info.prog_id for info in links if info}
-        self.probes = len(uprobes_of(self.proc.pid))
+        self.probes = len(uprobes_of(self.proc.pid)) + sum(info.places or 0 for info in links if info)
 
     def _left(self, began: float) -> float:
         left = START_TIMEOUT - (time.perf_counter() - began)

@@ -46,6 +46,7 @@ class LinkInfo:
     prog_id: int
     attach_type: AttachType | int | None  # where the kernel reports one for the link's kind
     target: str  # what the program is attached to, e.g. "ifindex 3", "cgroup id 1234"
+    places: int | None = None  # a uprobe_multi link's uprobes
 
 
 @dataclass(frozen=True)
@@ -160,6 +161,10 @@ def _link_target(link_type: int, union: bytes, name: str) -> tuple[int | None, s
     if link_type == LinkType.PERF_EVENT:
         kind = _PERF_EVENT_KINDS.get(u32(0), "perf event")  # kernels < 6.6 report no kind
         return None, f"{kind} {name}".rstrip()
+    if link_type == LinkType.UPROBE_MULTI:  # 4 pointers (left 0), path size, count, flags, pid
+        count, flags, pid = u32(36), u32(40), u32(44)
+        kind = "uretprobes" if flags & 1 else "uprobes"
+        return None, f"{count} {kind}" + (f", pid {pid}" if pid else "")
     return None, ""
 
 
@@ -168,8 +173,9 @@ def link_info(fd: int) -> LinkInfo:
     named = _named_union(fd, head.type) if head.type in _NAMED else None
     union, name = named or (bytes(head._union), "")
     attach_type, target = _link_target(head.type, union, name)
+    places = struct.unpack_from("=I", union, 36)[0] if head.type == LinkType.UPROBE_MULTI else None
     return LinkInfo(head.id, _enum(LinkType, head.type), head.prog_id,
-                    None if attach_type is None else _enum(AttachType, attach_type), target)
+                    None if attach_type is None else _enum(AttachType, attach_type), target, places)
 
 
 # --- by id, and listings -------------------------------------------------------------------

@@ -284,11 +284,15 @@ def _leak_traced_in_process(program, monkeypatch, uprobe_multi: bool) -> tuple[d
         assert wait_for(lambda: "libc.so" in Path(f"/proc/{program.pid}/maps").read_text(), timeout=30)
         with memleak.open(pid=program.pid) as session:
             assert session.multi == uprobe_multi
-            ours = {p.id: p.name for p in inventory.programs() if p.name in set(session._obj.programs)}
+            ours = {prog_id: name for name, prog_id in session._obj.program_ids().items()}
             kinds: dict = {}
             for link in inventory.links():
                 if link.prog_id in ours:
                     kinds.setdefault(ours[link.prog_id], []).append(link.type.name)
+                    if link.places is not None:  # the kernel's count of a multi link's uprobes
+                        kinds.setdefault("places", []).append(link.places)
+            if uprobe_multi:
+                assert sum(kinds.pop("places")) == len(session.plan.probes), kinds
             go(program)
             leak = next(s for s in session.sample().stacks if str(s.frames[0]).startswith("leak_here"))
             return (leak.bytes, leak.count), kinds
