@@ -426,10 +426,15 @@ def _close_concurrently(links: list) -> None:
     import threading
 
     for start in range(0, len(links), _CLOSERS):
-        threads = [threading.Thread(target=_close_link, args=(link,), name="ebpfkit-detach")
-                   for link in links[start:start + _CLOSERS]]
-        for thread in threads:
-            thread.start()
+        threads = []
+        for link in links[start:start + _CLOSERS]:
+            thread = threading.Thread(target=_close_link, args=(link,), name="ebpfkit-detach")
+            try:
+                thread.start()
+            except RuntimeError:  # no new thread (the interpreter is shutting down): here, then
+                _close_link(link)
+                continue
+            threads.append(thread)
         for thread in threads:
             thread.join()
 
