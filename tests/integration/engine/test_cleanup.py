@@ -14,7 +14,7 @@ import time
 import pytest
 
 import ebpfkit.engine as engine
-from ebpfkit.engine import inventory
+from ebpfkit.engine import inventory, perf
 from ebpfkit.engine.pinned import FdMap
 from ebpfkit.errors import EbpfkitError, MapError
 
@@ -116,7 +116,7 @@ def child(tmp_path):
 def _check_attached(ids: dict):
     assert len(ids["progs"]) == 3
     # two tracepoints + one perf_event link per online CPU
-    assert len(ids["links"]) == 2 + len(engine.perf.online_cpus())
+    assert len(ids["links"]) == 2 + len(perf.online_cpus())
     assert ids["maps"]
     assert _all_gone(ids, timeout=0) == ids  # everything really is in the kernel now
 
