@@ -17,7 +17,7 @@ A file is a YAML list of items, each one of::
           fields: [proc.name, proc.pname]
           values: [[sh, nginx]]
       enabled: true
-      action: alert            # ebpfkit: or kill (the process, from the kernel)
+      action: alert            # ebpfkit: or kill (the process: on a bait, from the kernel)
       fuse: proc.pid           # ebpfkit: one alert per value, gathering the events that match
       rate_limit: 20           # ebpfkit: alerts a second at most (default 20), the rest counted
     - bait: finance canaries   # ebpfkit: files kept as canaries (RuleSet.baits); the caller

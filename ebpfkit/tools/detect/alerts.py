@@ -37,13 +37,15 @@ class Alert:
     event: dict                   # the first event's fields that the rule and the alert use
     signals: tuple[str, ...] = ()  # a fused alert: each matching event's type, in order
     pids: tuple[int, ...] = ()     # a fused alert: the processes of those events, each once
+    killed: tuple[int, ...] = ()   # a kill rule user space carried out: the processes it SIGKILLed
 
     def to_dict(self) -> dict:
         return {"time": self.time_ns / 1e9, "rule": self.rule, "priority": self.priority,
                 "techniques": list(self.techniques), "output": self.output, "action": self.action,
                 "pid": self.pid, "container": self.container,
                 "process_tree": [{"pid": p, "name": n} for p, n in self.process_tree],
-                "signals": list(self.signals), "pids": list(self.pids), "event": self.event}
+                "signals": list(self.signals), "pids": list(self.pids), "killed": list(self.killed),
+                "event": self.event}
 
 
 @dataclass

@@ -26,7 +26,7 @@ Examples:
 """
 
 ALERT_DATA_KEYS = ["time", "rule", "priority", "techniques", "pid", "container", "process_tree", "signals", "output",
-                   "event", "action"]
+                   "event", "action", "killed"]
 ALERT_COLUMNS = (Column("TIME", key="time", format=lambda t: clock_time(datetime.fromtimestamp(t))),
                  Column("PRIORITY", key="priority", align="left"), Column("RULE", key="rule", align="left"),
                  Column("PID", key="pid"), Column("OUTPUT", key="output", align="left"))
@@ -57,8 +57,10 @@ def detect():
 @detect.command(epilog=EXAMPLES)
 @rules_option
 @click.option("--action", type=click.Choice(["alert", "kill"]), default=None,
-              help="alert: kill nothing; kill: every rule on bait files kills from the kernel. Default: "
-                   "as each rule's action says.")
+              help="alert: kill nothing; kill: every rule on bait files kills from the kernel, and the "
+                   "rules whose action is kill as they say. Default: as each rule's action says (on bait "
+                   "files from the kernel, before the call returns; other rules from here, once the alert "
+                   "is raised).")
 @alert_log_option
 @click.option("--no-alert-log", is_flag=True, help="Keep no alert log.")
 @tool_options
@@ -99,6 +101,8 @@ def run(rules, builtin, action, alert_log, no_alert_log):
             planted = sum(b.planted for b in session.baits)
             out.info("baits: %d files (%d planted); %s", len(session.baits), planted,
                      f"kill on {', '.join(sorted(session.killing))}" if session.killing else "alerts only")
+        if session.killing_here:
+            out.info("kill from here, once the alert is raised: %s", ", ".join(sorted(session.killing_here)))
         enabled = len(session.ruleset.enabled())
         try:
             out.banner(f"Detecting with {enabled} rules... Hit Ctrl-C to end.")

@@ -16,17 +16,21 @@ Bait files (``- bait:`` in a rules file) are planted or adopted when the session
 (``session.baits``) and the planted ones removed when it closes. A rule whose action is kill
 (or every rule, with ``action="kill"``; none, with ``action="alert"``) and whose condition the
 kernel can decide alone (evt.type, and fields every bait event has) kills the process touching
-a bait from the kernel, before the call returns: ``session.killing`` names those calls.
+a bait from the kernel, before the call returns: ``session.killing`` names those calls. Any
+other rule whose action is kill (``session.killing_here``; none with ``action="alert"``) kills
+from here when its alert is raised: SIGKILL to the alert's processes (``alert.killed``), after
+their events, so what they did in between is done.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ...errors import ConfigError
-from ...policy.loader import PolicyError
+from ...sysinfo.processes import ancestors
 from ..config import ToolConfig
 from ..session import ToolSession
 from . import baits as bait_files, prefilter, watch
@@ -56,7 +60,7 @@ WATCHED_CALLS = ("setuid", "setreuid", "setresuid", "capset", "ptrace", "init_mo
 class Config(ToolConfig):
     rules: tuple = ()          # rule files or directories of *.yaml, read after the built-in ones
     builtin: bool = True       # read the built-in rules first
-    action: str | None = None  # "alert": nothing kills; "kill": every rule on bait files kills; None: as each says
+    action: str | None = None  # "alert": nothing kills; "kill": every rule on bait files kills too; None: as each says
 
     def validate(self) -> None:
         if self.action is not None and self.action not in ACTIONS:
@@ -82,18 +86,10 @@ class Config(ToolConfig):
 
 
 def load_ruleset(config: Config):
-    """The rules a session would run (PolicyError, exit 2, for a bad file, or for a rule whose
-    action is kill on something the kernel cannot decide alone)."""
+    """The rules a session would run (PolicyError, exit 2, for a bad file)."""
     from ...policy.rules import load_rules
 
-    ruleset = load_rules(config.rule_files(), fields=FIELDS)
-    if config.action is None:
-        for rule in ruleset.enabled():
-            if rule.action == "kill" and not prefilter.killing_calls([rule]):
-                raise PolicyError(f"rule {rule.name!r}: action kill is carried out by the kernel, on bait files: "
-                                  f"its condition must hold for every event of a file call (evt.type, bait.name, "
-                                  f"fd.name), with no exceptions", rule.line, rule.source)
-    return ruleset
+    return load_rules(config.rule_files(), fields=FIELDS)
 
 
 class Session(ToolSession):
@@ -109,8 +105,12 @@ class Session(ToolSession):
         rules = self.ruleset.rules.values()
         self.killing = prefilter.killing_calls(rules, config.action)
         kill_rules = {r.name for r in rules if any(prefilter.holds_for_every(r.condition, c) for c in self.killing)}
-        self._matcher = Matcher(rules, actions={r.name: "kill" if r.name in kill_rules else "alert" for r in rules},
-                                can_match=prefilter.can_match)
+        # the other kill rules kill from here, once their alert is raised
+        self.killing_here = set() if config.action == "alert" else {
+            r.name for r in rules if r.enabled and r.action == "kill" and r.name not in kill_rules}
+        self._matcher = Matcher(rules, actions={r.name: "kill" if r.name in kill_rules | self.killing_here
+                                                else "alert" for r in rules}, can_match=prefilter.can_match)
+        self._spared = set(ancestors(os.getpid()))  # never killed: this process and its ancestors
         self._obj = None
         self.watching: list[watch.Entry] = []  # baits first, then the paths rules name
         self.unwatched: list[str] = []         # paths rules name that do not exist here
@@ -204,10 +204,27 @@ class Session(ToolSession):
         for record in records:
             out += self._matcher.feed(self._fields(record), time.monotonic())
         out += self._matcher.due(time.monotonic())
+        out = [replace(a, killed=self._kill(a.pids or (a.pid,))) if a.rule in self.killing_here else a
+               for a in out]
         if self.lost > self._lost_seen:
             out.append(self._lost_alert(self.lost - self._lost_seen))
             self._lost_seen = self.lost
         return out
+
+    def _kill(self, pids) -> tuple[int, ...]:
+        """SIGKILL to each of ``pids`` that is still there (never init, never this process or its
+        ancestors); those it reached. From user space, so after the events: what a process did
+        in between is done (a bait's kill, in the kernel, comes before its call returns)."""
+        killed = []
+        for pid in pids:
+            if pid <= 1 or pid in self._spared:
+                continue
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):  # gone already; not ours to kill
+                continue
+            killed.append(pid)
+        return tuple(killed)
 
     def _fields(self, record) -> EventFields:
         fields = EventFields(record, record.ts + self._epoch_offset_ns, self._container, self._processes,

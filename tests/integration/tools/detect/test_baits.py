@@ -192,13 +192,58 @@ def test_action_alert_reports_without_killing_and_the_cli_says_what_it_watches(t
     assert not bait.exists(), "the planted bait is removed at the end"
 
 
-def test_a_kill_rule_the_kernel_cannot_decide_exits_2(capsys, tmp_path):
+KILL_RULE = "Kill victims"
+
+
+def victim_rules(tmp_path) -> tuple[str, str]:
+    """A copy of sleep named ekvictim, and a rule that kills it at its exec: a condition the
+    kernel cannot decide alone (proc.name), so user space kills, once the alert is raised."""
+    victim = tmp_path / "ekvictim"
+    victim.write_bytes(Path("/bin/sleep").read_bytes())
+    victim.chmod(0o755)
     rules = tmp_path / "kill.yaml"
-    rules.write_text("- rule: Kill shells\n  condition: evt.type = execve and proc.name = bash\n"
-                     "  output: shell\n  priority: WARNING\n  action: kill\n")
-    rc, _, err = ek(capsys, "detect", "check", str(rules))
-    assert rc == 2
-    assert f"{rules}:1: rule 'Kill shells': action kill is carried out by the kernel, on bait files" in err
+    rules.write_text(f"- rule: {KILL_RULE}\n  condition: evt.type = execve and proc.name = ekvictim\n"
+                     "  output: victim %proc.pid\n  priority: WARNING\n  action: kill\n")
+    return str(victim), str(rules)
+
+
+@pytest.mark.parametrize("action", [None, "alert"])
+def test_a_kill_rule_on_anything_else_kills_from_user_space(tmp_path, action):
+    victim, rules = victim_rules(tmp_path)
+    with detect.open(rules=(rules,), builtin=False, action=action) as session:
+        assert session.killing_here == (set() if action == "alert" else {KILL_RULE})
+        target = subprocess.Popen([victim, "30"])
+        bystander = subprocess.Popen(["sleep", "30"])
+        try:
+            alerts = alerts_within(session, 1.5, KILL_RULE)
+            if action is None:
+                assert target.wait(timeout=5) == -signal.SIGKILL
+            assert bystander.poll() is None, "a process no rule matched is left alone"
+        finally:
+            for proc in (target, bystander):
+                proc.kill()
+                proc.wait()
+    assert [(a.pid, a.action, a.killed) for a in alerts] == (
+        [(target.pid, "kill", (target.pid,))] if action is None else [(target.pid, "alert", ())])
+
+
+def test_a_user_space_kill_in_the_cli(capsys, tmp_path):
+    victim, rules = victim_rules(tmp_path)
+    assert ek(capsys, "detect", "check", rules)[0] == 0
+    tool = RunningTool("-v", "--format", "json", "detect", "run", "--no-builtin", "--rules", rules,
+                       "--no-alert-log")
+    try:
+        target = subprocess.Popen([victim, "30"])
+        returncode = target.wait(timeout=30)
+        time.sleep(0.3)
+        stdout = tool.stop()
+    finally:
+        tool.kill()
+    assert returncode == -signal.SIGKILL
+    assert tool.returncode == 0, tool.stderr
+    assert f"kill from here, once the alert is raised: {KILL_RULE}" in tool.stderr
+    alerts = [a for a in map(json.loads, stdout.splitlines()) if a["rule"] == KILL_RULE]
+    assert [(a["pid"], a["action"], a["killed"]) for a in alerts] == [(target.pid, "kill", [target.pid])]
 
 
 def test_a_bait_that_cannot_be_planted_exits_2(capsys, tmp_path):
