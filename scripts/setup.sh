@@ -28,11 +28,13 @@ packages=("${runtime_packages[@]}" "${build_packages[@]}")
 # path: sockmap links, tcx) and busybox are what the VM harness boots; nginx and wrk rebuild the
 # sockmap load-balancer experiment; prometheus scrapes `ebpfkit exporter` in its tests; memleak's
 # tests run their leaking program under jemalloc and tcmalloc (LD_PRELOAD) to test those presets;
-# detect's reverse-shell corpus uses socat, ncat and netcat (and its benign corpus socat and curl).
+# detect's reverse-shell corpus uses socat, ncat and netcat (and its benign corpus socat, curl, and
+# ssh to an sshd of its own on a loopback port: openssh-server; its service is never started).
 [ "$want_test" = 1 ] && packages+=(make libc6-dev qemu-system-x86 linux-image-amd64 linux-headers-amd64
                                    linux-image-6.12-amd64 linux-headers-6.12-amd64
                                    busybox-static nginx-light wrk prometheus
-                                   libjemalloc2 libtcmalloc-minimal4 socat ncat netcat-openbsd curl)
+                                   libjemalloc2 libtcmalloc-minimal4 socat ncat netcat-openbsd curl
+                                   openssh-server)
 if [ "$want_bench" = 1 ]; then
   # gcc (above) builds the benchmark's syscall loop. BCC compiles against kernel headers: the running
   # kernel's if the archive has them, else the distribution's (fine for tracepoint programs).
@@ -50,6 +52,15 @@ if [ "$want_bench" = 1 ]; then
 fi
 
 install_packages "${packages[@]}"
+
+if [ "$want_test" = 1 ] || [ "$want_bench" = 1 ]; then
+  # the servers these packages bring are the tests' and benchmarks' to start, each on a loopback
+  # port of its own: none may listen on the machine's addresses after a reboot either
+  for service in ssh nginx prometheus prometheus-node-exporter; do
+    systemctl disable "$service" >/dev/null 2>&1 || true
+    update-rc.d "$service" disable >/dev/null 2>&1 || true
+  done
+fi
 
 if [ "$want_bench" = 1 ]; then
   # without /lib/modules/$(uname -r)/build, BCC is pointed at the installed headers through

@@ -318,6 +318,73 @@ def test_nginx_under_wrk_raises_nothing(session, child_cgroup):
     assert alerts == [], [(a.rule, a.output) for a in alerts]
 
 
+SSHD_CONFIG = """Port {port}
+ListenAddress 127.0.0.1
+HostKey {dir}/host_key
+AuthorizedKeysFile {dir}/authorized_keys
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+PidFile none
+"""
+PRIVSEP_DIR = "/run/sshd"  # sshd refuses to start without it (the package's service makes it)
+
+
+@pytest.fixture
+def sshd(tmp_path):
+    """An sshd of the test's own on a loopback port (own host key, config and authorized key),
+    and the argv of an ssh client logging in to it as root with the test's key."""
+    for key in ("host_key", "client_key"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", tmp_path / key], check=True)
+    (tmp_path / "authorized_keys").write_text((tmp_path / "client_key.pub").read_text())
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    (tmp_path / "sshd_config").write_text(SSHD_CONFIG.format(port=port, dir=tmp_path))
+    made_privsep = not os.path.isdir(PRIVSEP_DIR)
+    if made_privsep:
+        os.makedirs(PRIVSEP_DIR, mode=0o755)
+    server = subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", tmp_path / "sshd_config"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline, server.stderr.read()
+                time.sleep(0.05)
+        yield server, ["ssh", "-p", str(port), "-i", str(tmp_path / "client_key"), "-o", "BatchMode=yes",
+                       "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+                       "-o", "LogLevel=ERROR", "root@127.0.0.1"]
+    finally:
+        server.terminate()
+        server.wait(10)
+        if made_privsep:
+            os.rmdir(PRIVSEP_DIR)
+
+
+def test_ssh_to_a_local_sshd_raises_nothing(session, sshd):
+    """Commands run over ssh, with and without a terminal, and a file copied through it: the
+    server's shells have sockets and pipes around them, and none of that is a reverse shell."""
+    server, ssh = sshd
+    alerts_within(session, 0.3)  # whatever came before
+    runs = [subprocess.run(ssh + ["echo ok; uname -r > /dev/null; ls / > /dev/null"], capture_output=True,
+                           text=True, timeout=60),
+            subprocess.run(ssh[:1] + ["-tt"] + ssh[1:] + ["echo ok"], capture_output=True, text=True,
+                           timeout=60, stdin=subprocess.DEVNULL),
+            subprocess.run(ssh + ["cat > /dev/null"], input="data\n" * 1000, capture_output=True, text=True,
+                           timeout=60)]
+    alerts = alerts_within(session, 1.0)
+    assert [r.returncode for r in runs] == [0, 0, 0], [r.stderr for r in runs]
+    assert runs[0].stdout == "ok\n" and "ok" in runs[1].stdout
+    ours = [a for a in alerts if _descends(a, server.pid) or "ssh" in a.output]
+    assert ours == [], [(a.rule, a.output) for a in ours]
+
+
 def test_pipes_and_named_pipes_alone_raise_nothing(session, tmp_path):
     fifo = tmp_path / "f"
     alerts_within(session, 0.3)  # whatever came before
