@@ -19,7 +19,7 @@ A file is a YAML list of items, each one of::
       enabled: true
       action: alert            # ebpfkit: or kill (the process: on a bait, from the kernel)
       fuse: proc.pid           # ebpfkit: one alert per value, gathering the events that match
-      rate_limit: 20           # ebpfkit: alerts a second at most (default 20), the rest counted
+      rate_limit: 20           # ebpfkit: alerts a second per process (default 20), the rest counted
     - bait: finance canaries   # ebpfkit: files kept as canaries (RuleSet.baits); the caller
       paths: [/srv/share/!0000-budget.xlsx]   # plants the missing ones (plant: false: adopts
       plant: true                             # only files that exist)
@@ -72,7 +72,7 @@ class Rule:
     enabled: bool = True
     action: str = "alert"
     fuse: str | None = None    # a field: one alert per value of it
-    rate_limit: float = DEFAULT_RATE_LIMIT   # alerts a second
+    rate_limit: float = DEFAULT_RATE_LIMIT   # alerts a second, for each process
     source: str = "<rules>"
     line: int = 0
 

@@ -24,3 +24,12 @@ def ancestors(pid: int) -> list[int]:
             break
         pid = parent_of(pid)
     return chain
+
+
+def name_of(pid: int) -> str | None:
+    """``pid``'s command name (comm), or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().rstrip("\n")
+    except OSError:
+        return None

@@ -5,8 +5,9 @@ rule, the network socket: the process that got it and every process it passed it
 first matching event opens a group, the events that match within ``window`` seconds join it,
 and the alert, naming every event type and process seen, goes out when the window ends; later
 matches of the same value are counted, not raised. Every rule is limited
-to ``rate_limit`` alerts a second (a token bucket holding one second's worth); what the limit
-holds back is counted per rule.
+to ``rate_limit`` alerts a second for each process (a token bucket holding one second's worth):
+a process flooding a rule uses up its own alerts, not another's (a reverse shell started beside
+a flood of decoy connects still raises its own). What the limit holds back is counted per rule.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field, replace
 
 FUSE_WINDOW = 0.2        # seconds a fused group gathers events before its alert goes out
 FUSED_KEYS_KEPT = 65536  # values of fused rules remembered (oldest forgotten first)
+BUCKETS_KEPT = 65536     # (rule, process) rate limits remembered (least recently used forgotten)
 EVENT_FIELDS = ("evt.type", "proc.pid", "thread.tid", "proc.name", "proc.exepath", "proc.cmdline", "proc.ppid",
                 "proc.pname", "user.uid", "proc.stdin.type", "proc.stdout.type", "proc.stderr.type",
                 "fd.num", "fd.oldnum", "fd.type", "fd.name", "socket.ino", "bait.name", "evt.arg.path",
@@ -95,7 +97,7 @@ class Matcher:
         self.suppressed: dict[str, int] = {}   # rule -> matches not raised (rate limit or fused)
         self._groups: dict[tuple[str, object], _Group] = {}
         self._fused: OrderedDict = OrderedDict()  # (rule, value) whose alert went out
-        self._buckets = {r.name: _Bucket(r.rate_limit) for r in self.rules}
+        self._buckets: OrderedDict = OrderedDict()  # (rule, pid) -> _Bucket, least recently used first
 
     def feed(self, event: Mapping, now: float) -> list[Alert]:
         raised = []
@@ -103,7 +105,7 @@ class Matcher:
             if not rule.condition.match(event):
                 continue
             if rule.fuse is None:
-                if self._allowed(rule, now):
+                if self._allowed(rule, now, event.get("proc.pid")):
                     raised.append(_alert(rule, event, self.actions.get(rule.name, rule.action)))
                 continue
             key = (rule.name, event.get(rule.fuse))
@@ -136,7 +138,7 @@ class Matcher:
             self._fused[key] = True
             if len(self._fused) > FUSED_KEYS_KEPT:
                 self._fused.popitem(last=False)
-            if self._allowed(group.rule, now):
+            if self._allowed(group.rule, now, group.first.get("proc.pid")):
                 action = self.actions.get(group.rule.name, group.rule.action)
                 out.append(replace(_alert(group.rule, group.first, action), signals=tuple(group.signals),
                                    pids=tuple(group.pids)))
@@ -145,8 +147,16 @@ class Matcher:
     def next_deadline(self) -> float | None:
         return next(iter(self._groups.values())).deadline if self._groups else None
 
-    def _allowed(self, rule, now: float) -> bool:
-        if self._buckets[rule.name].take(now):
+    def _allowed(self, rule, now: float, pid) -> bool:
+        key = (rule.name, pid)
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = self._buckets[key] = _Bucket(rule.rate_limit)
+            if len(self._buckets) > BUCKETS_KEPT:
+                self._buckets.popitem(last=False)
+        else:
+            self._buckets.move_to_end(key)
+        if bucket.take(now):
             return True
         self._count(rule.name)
         return False

@@ -61,16 +61,20 @@ def detect():
                    "rules whose action is kill as they say. Default: as each rule's action says (on bait "
                    "files from the kernel, before the call returns; other rules from here, once the alert "
                    "is raised).")
+@click.option("--throttle", type=click.IntRange(min=0), default=2000, show_default=True, metavar="N",
+              help="Events a second one process may send; the rest are counted and reported in an "
+                   "'Events throttled' alert, so one flooding process cannot blind detect to the others "
+                   "(0: no limit).")
 @alert_log_option
 @click.option("--no-alert-log", is_flag=True, help="Keep no alert log.")
 @tool_options
-def run(rules, builtin, action, alert_log, no_alert_log):
+def run(rules, builtin, action, throttle, alert_log, no_alert_log):
     """Match the kernel's events against the rules until Ctrl-C; each alert as it is raised.
     Bait files declared in the rules are planted (or adopted) first, and the planted ones
     removed at the end."""
     from .session import open as open_session, Config
 
-    config = build_config(Config, rules=tuple(rules), builtin=builtin, action=action)
+    config = build_config(Config, rules=tuple(rules), builtin=builtin, action=action, throttle=throttle)
     out = Output.from_context()
     out.event_columns(*ALERT_COLUMNS, data_keys=ALERT_DATA_KEYS)
     with usage_errors():  # a bait that cannot be planted, a log that cannot be written
@@ -113,6 +117,9 @@ def run(rules, builtin, action, alert_log, no_alert_log):
                 emit(alert)
         for rule, count in session.suppressed.items():
             out.info("%s: %d more matches held back (rate limit or fused)", rule, count)
+        if session.throttled:
+            out.warning("%d events throttled (their process was over --throttle %d a second)",
+                        session.throttled, config.throttle)
         out.lost(session.lost)
 
 

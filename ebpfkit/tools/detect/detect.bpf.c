@@ -138,14 +138,73 @@ static __always_inline __u8 fd_kind(struct task_struct *task, int fd)
 	return fd_kind_ino(task, fd, &ino);
 }
 
-/* A zeroed event with who did it: the task, its stdio, its ancestors and cgroup. */
+/* One process cannot fill the ring buffer and blind detect to every other: beyond throttle_per_s
+ * of its events in a second, the rest are counted, not sent: `throttles` holds each process's
+ * count for its current second (user space reports it), `throttled` the total. (A bait's kill
+ * does not depend on its event: it is sent before.) */
+const volatile __u32 throttle_per_s = 2000; /* 0: no limit */
+
+struct throttle {
+	__u64 second; /* of bpf_ktime_get_ns() */
+	__u32 sent;
+	__u32 held;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32); /* tgid */
+	__type(value, struct throttle);
+} throttles SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} throttled SEC(".maps");
+
+/* False when the current process has used its events for this second (the event is counted). */
+static __always_inline bool within_budget(__u64 id)
+{
+	struct throttle fresh = {.second = bpf_ktime_get_ns() / 1000000000ULL, .sent = 1}, *t;
+	__u32 tgid = id >> 32, zero = 0;
+	__u64 *total;
+
+	if (!throttle_per_s)
+		return true;
+	t = bpf_map_lookup_elem(&throttles, &tgid);
+	if (!t) {
+		bpf_map_update_elem(&throttles, &tgid, &fresh, BPF_ANY);
+		return true;
+	}
+	if (t->second != fresh.second) {
+		*t = fresh; /* a new second: user space has read the last one's count at its poll, */
+		return true; /* or not, if that came later (the total in `throttled` is exact) */
+	}
+	if (t->sent < throttle_per_s) {
+		t->sent++;
+		return true;
+	}
+	__sync_fetch_and_add(&t->held, 1);
+	total = bpf_map_lookup_elem(&throttled, &zero);
+	if (total)
+		(*total)++; /* per-CPU slot */
+	return false;
+}
+
+/* A zeroed event with who did it: the task, its stdio, its ancestors and cgroup. NULL when the
+ * process is over its budget, or the ring buffer is full (counted as lost). */
 static __always_inline struct detect_event *new_event(__u32 kind)
 {
 	struct task_struct *task = (void *)bpf_get_current_task(), *parent;
-	struct detect_event *ev = ek_ringbuf_reserve(events, sizeof(*ev));
 	__u64 id = bpf_get_current_pid_tgid();
+	struct detect_event *ev;
 	__u32 n = 0;
 
+	if (!within_budget(id))
+		return NULL;
+	ev = ek_ringbuf_reserve(events, sizeof(*ev));
 	if (!ev)
 		return NULL;
 	__builtin_memset(ev, 0, sizeof(*ev));

@@ -45,6 +45,7 @@ FILE_HOOK = ("and, for watched files (baits, paths rules name), the exits of ope
              "ftruncate, truncate, rename*, unlink*")
 WATCH_MAX = 4096  # DETECT_WATCH_MAX
 LOST_RULE = "Events lost"
+THROTTLED_RULE = "Events throttled"
 ACTIONS = ("alert", "kill")
 # the BPF programs of each file call, and the syscall they hook (missing on some architectures)
 FILE_PROGRAMS = {"open": ("detect_open_exit",), "openat": ("detect_openat_exit",),
@@ -61,10 +62,13 @@ class Config(ToolConfig):
     rules: tuple = ()          # rule files or directories of *.yaml, read after the built-in ones
     builtin: bool = True       # read the built-in rules first
     action: str | None = None  # "alert": nothing kills; "kill": every rule on bait files kills too; None: as each says
+    throttle: int = 2000       # events a second one process may send; the rest are counted (0: no limit)
 
     def validate(self) -> None:
         if self.action is not None and self.action not in ACTIONS:
             raise ConfigError("action", f"must be alert or kill, not {self.action!r}")
+        if not isinstance(self.throttle, int) or self.throttle < 0:
+            raise ConfigError("throttle", f"must be a number of events a second (0: no limit), not {self.throttle!r}")
         if isinstance(self.rules, (str, bytes)) or not all(isinstance(r, str) for r in self.rules):
             raise ConfigError("rules", "must be a list of paths (files or directories)")
         for path in self.rules:
@@ -127,7 +131,7 @@ class Session(ToolSession):
                 "want_dup": not prefilter.for_kind(rules, "dup").never,
                 "want_connect": not connect.never, "connect_any": connect.anything,
                 "connect_fd_max": connect.fd_max, "bait_kill": _call_bits(self.killing),
-                "watch_dirs": any(e.is_dir for e in self.watching),
+                "watch_dirs": any(e.is_dir for e in self.watching), "throttle_per_s": config.throttle,
                 **{f"want_{kind}": not prefilter.for_kind(rules, kind).never
                    for kind in ("privilege", "ptrace", "module", "bpf", "mount")}})
             self.missing = select_programs(spec, files=bool(self.watching))
@@ -147,6 +151,8 @@ class Session(ToolSession):
         self._processes: dict[int, dict] = {}
         self._containers: dict[int, str] = {}
         self._lost_seen = 0
+        self._throttled_seen = 0
+        self._held: dict[tuple[int, int], tuple] = {}  # (tgid, second) -> (held back, comm), not reported yet
 
     def _plan_watching(self, rules) -> None:
         """The baits (planted now, before anything is attached: detect's own writes are not
@@ -206,6 +212,8 @@ class Session(ToolSession):
         out += self._matcher.due(time.monotonic())
         out = [replace(a, killed=self._kill(a.pids or (a.pid,))) if a.rule in self.killing_here else a
                for a in out]
+        if self._held or self.throttled > self._throttled_seen:
+            out += self._throttled_alerts()
         if self.lost > self._lost_seen:
             out.append(self._lost_alert(self.lost - self._lost_seen))
             self._lost_seen = self.lost
@@ -244,6 +252,37 @@ class Session(ToolSession):
             container = parse_container(path) if path else None
             self._containers[cgroup_id] = container.short_id if container else "host"
         return self._containers[cgroup_id]
+
+    @property
+    def throttled(self) -> int:
+        """Events held back (counted, not sent) because their process was over its budget."""
+        return int(self._obj.maps["throttled"][0].sum()) if self._obj is not None else 0
+
+    def _throttled_alerts(self) -> list[Alert]:
+        """One alert per process and second with events held back, once that second is over:
+        its count as the kernel's `throttles` map last showed it (the kernel starts a process's
+        next second over, so a count may miss what came after the last look; `throttled`, the
+        total, is exact)."""
+        from ...sysinfo.processes import name_of
+
+        if self.throttled > self._throttled_seen:
+            self._throttled_seen = self.throttled
+            for tgid, t in self._obj.maps["throttles"].items():
+                key = (int(tgid), int(t.second))
+                if t.held and t.held > self._held.get(key, (0, ""))[0]:
+                    self._held[key] = (int(t.held), self._held.get(key, (0, name_of(key[0]) or "?"))[1])
+        alerts, this_second = [], time.monotonic_ns() // 1_000_000_000  # the kernel's clock
+        for (tgid, second), (held, comm) in list(self._held.items()):
+            if second >= this_second:
+                continue
+            del self._held[(tgid, second)]
+            alerts.append(Alert(
+                time_ns=time.time_ns(), rule=THROTTLED_RULE, priority="WARNING", techniques=(),
+                output=f"{comm} (pid {tgid}) sent more than {self.config.throttle} events in a second: {held} "
+                       f"more were counted, not matched (a flood, or a process hiding in one)",
+                action="alert", pid=tgid, container="host", process_tree=((tgid, comm),),
+                event={"held": held, "limit": self.config.throttle}))
+        return alerts
 
     def _lost_alert(self, count: int) -> Alert:
         return Alert(time_ns=time.time_ns(), rule=LOST_RULE, priority="WARNING", techniques=(),

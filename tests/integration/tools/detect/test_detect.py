@@ -385,6 +385,44 @@ def test_ssh_to_a_local_sshd_raises_nothing(session, sshd):
     assert ours == [], [(a.rule, a.output) for a in ours]
 
 
+FLOOD = 20000  # connects on fd 0 (each an event the rules want), as fast as python makes them
+FLOODER = ("import os, socket\nos.close(0)\n"
+           f"for _ in range({FLOOD}):\n"
+           "    s = socket.socket()  # fd 0: the lowest free\n"
+           "    s.connect_ex(('127.0.0.1', 1))\n"
+           "    s.close()\n")
+
+
+def test_a_flooding_process_is_throttled_and_blinds_nothing(session, listener, c_shells):
+    """One process sending thousands of events a second gets 2000 of them through each second;
+    the rest are counted, and reported once its second is over. A reverse shell started in the
+    middle of the flood is still caught (the flood used up only its own alerts), and nothing is
+    lost."""
+    alerts_within(session, 0.3)  # whatever came before
+    lost, throttled = session.lost, session.throttled
+    began = time.monotonic()
+    flooder = subprocess.Popen([sys.executable, "-c", FLOODER])
+    alerts = alerts_within(session, 0.2)
+    shell = subprocess.run([c_shells["dup2"], str(listener.port)], timeout=30, capture_output=True)
+    while flooder.poll() is None:
+        alerts += session.poll(50)
+    seconds = time.monotonic() - began
+    held = session.throttled - throttled
+    deadline = time.monotonic() + 3  # the reports come once each flooded second is over
+    while sum(a.event["held"] for a in alerts if a.rule == "Events throttled") < held // 2 and \
+            time.monotonic() < deadline:
+        alerts += session.poll(50)
+    assert flooder.returncode == 0 and shell.returncode == 0
+    assert session.lost == lost, "nothing lost: the flood was throttled at its source"
+    assert FLOOD - 2000 * (int(seconds) + 2) <= held <= FLOOD, (held, seconds)
+    reports = [a for a in alerts if a.rule == "Events throttled"]
+    assert {a.pid for a in reports} == {flooder.pid} and all(a.event["limit"] == 2000 for a in reports), reports
+    assert held // 2 <= sum(a.event["held"] for a in reports) <= held, (reports, held)
+    caught = [a for a in alerts if a.rule == REVERSE_SHELL and a.pid != flooder.pid]
+    assert len(caught) == 1 and caught[0].event["proc.name"].startswith("revshell"), \
+        [(a.rule, a.pid, a.output) for a in alerts if a.rule != "Events throttled"]
+
+
 def test_pipes_and_named_pipes_alone_raise_nothing(session, tmp_path):
     fifo = tmp_path / "f"
     alerts_within(session, 0.3)  # whatever came before

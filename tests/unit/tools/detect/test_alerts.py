@@ -1,5 +1,5 @@
 """detect's matcher: fused alerts gather a window's events into one, later matches of the same
-value are counted and not raised, and each rule keeps to its rate limit."""
+value are counted and not raised, and each rule keeps to its rate limit for each process."""
 
 from __future__ import annotations
 
@@ -49,9 +49,16 @@ def test_a_fused_group_is_one_alert_with_every_signal_and_process():
 
 def test_the_rate_limit_holds_back_and_counts():
     m = matcher()
-    raised = [a for t in range(10) for a in m.feed(event("connect", t), t * 0.01)]
+    raised = [a for t in range(10) for a in m.feed(event("connect", 5), t * 0.01)]
     assert len(raised) == 2 and m.suppressed == {"limited": 8}
-    assert len(m.feed(event("connect", 99), 1.0)) == 1     # a second later, tokens again
+    assert len(m.feed(event("connect", 5), 1.0)) == 1      # a second later, tokens again
+
+
+def test_a_process_flooding_a_rule_does_not_use_up_anothers_alerts():
+    m = matcher()
+    flood = [a for t in range(100) for a in m.feed(event("connect", 66), t * 0.001)]
+    assert len(flood) == 2 and m.suppressed == {"limited": 98}
+    assert [a.pid for a in m.feed(event("connect", 77), 0.1)] == [77]   # the attack beside the decoys
 
 
 def test_everything_flushes_open_groups():
