@@ -269,8 +269,9 @@ class Session(ToolSession):
             self._throttled_seen = self.throttled
             for tgid, t in self._obj.maps["throttles"].items():
                 key = (int(tgid), int(t.second))
-                if t.held and t.held > self._held.get(key, (0, ""))[0]:
-                    self._held[key] = (int(t.held), self._held.get(key, (0, name_of(key[0]) or "?"))[1])
+                seen, comm = self._held.get(key, (0, None))
+                if t.held > seen:  # the name is read once, while the process is likely still there
+                    self._held[key] = (int(t.held), comm or name_of(key[0]) or "?")
         alerts, this_second = [], time.monotonic_ns() // 1_000_000_000  # the kernel's clock
         for (tgid, second), (held, comm) in list(self._held.items()):
             if second >= this_second:
