@@ -252,15 +252,7 @@ class VMScheduler:
         try:
             command = self._guest_command(group, results_file)
             group.vm = run(command, spec, on_output=on_output)
-            if group.vm.status in ("died", "panic") and group.vm.boot_seconds is None:
-                # seen under nested KVM (an emulation failure while booting) and under TCG (a
-                # panic 1.5 s into boot, in an interrupt), once in a while. No test ran, so
-                # booting again is safe; a second failure is reported as it is
-                what = "died" if group.vm.status == "died" else "panicked"
-                self._say(f"ebpfkit vm: {group.kernel.release} {what} before the tests started "
-                          f"({group.vm.accel}); booting it once more")
-                group.vm = run(command, spec, on_output=on_output)
-            elif group.vm.status == "panic":
+            if group.vm.status == "panic" and group.vm.boot_seconds is not None:  # mid-run (run() boots twice if not)
                 self._after_a_panic(group, spec, results_file, on_output)
             group.results = GuestResults(self.config, results_file)
         except EbpfkitError as exc:

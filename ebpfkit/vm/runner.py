@@ -21,6 +21,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -36,6 +37,7 @@ GUEST_MARK = "ebpfkit.vm=1"          # on the guest's kernel command line
 IN_VM_ENV = "EBPFKIT_IN_VM"          # in the command's environment
 KERNEL_ENV = "EBPFKIT_VM_KERNEL"     # there too: the release the host meant to boot
 HOST_CACHE_MOUNT = "/run/ebpfkit-vm/host-cache"
+CACHED_VIEW_TAG, CACHED_VIEW_MOUNT = "ebpfkit.hostroot", "/run/ebpfkit-vm/hostroot"
 KERNEL_BTF = "/sys/kernel/btf/vmlinux"
 PANIC_RE = re.compile(r"Kernel panic - not syncing|BUG: kernel NULL pointer|general protection fault")
 # where the report of a crash begins (the panic line itself comes after the oops and its trace)
@@ -130,6 +132,18 @@ def run(command: Sequence[str], spec: VMSpec,
     vng = host.require()
     accel, why = host.choose_accel(spec.accel, spec.kernel.image)
     log.info("booting %s with %s (%s)", spec.kernel.release, accel, why)
+    result = _boot(vng, command, spec, accel, on_output)
+    if result.status in ("died", "panic") and result.boot_seconds is None:
+        # seen under nested KVM (an emulation failure while booting) and under TCG (an int3
+        # oops in patched kernel text, ~3 s into boot), once in a while. The command never
+        # started, so booting again is safe; a second failure is returned as it is
+        log.warning("%s %s before the command started (%s); booting it once more",
+                    spec.kernel.release, "died" if result.status == "died" else "panicked", accel)
+        result = _boot(vng, command, spec, accel, on_output)
+    return result
+
+
+def _boot(vng: str, command: Sequence[str], spec: VMSpec, accel: str, on_output) -> VMResult:
     rundir = tempfile.mkdtemp(prefix="ebpfkit-vm-", dir=shared_tmp())
     try:
         env = _guest_env(spec, rundir)
@@ -239,6 +253,7 @@ def _write_script(rundir: str, command: Sequence[str], env: dict[str, str], spec
     cwd = spec.cwd or os.getcwd()
     lines = ["# ebpfkit vm: the guest side of one run (as root, inside the VM)",
              f": > {q(rundir + '/started')}"]
+    lines += _cached_view_lines([sys.base_prefix, sys.prefix, cwd])
     cache_dir = env.get("EBPFKIT_CACHE_DIR")
     if cache_dir:
         # the host's cache, read-only over 9p, made writable by a guest-only overlay at the
@@ -262,12 +277,39 @@ def _write_script(rundir: str, command: Sequence[str], env: dict[str, str], spec
     return path
 
 
+def _cached_view_lines(dirs: Sequence[str]) -> list[str]:
+    """Guest commands that bind a cached view of ``dirs`` (the Python, its venv, the working
+    directory) over them. vng's root is 9p without a cache: every stat and open goes to
+    the host, ~5 ms each under TCG, so starting a Python process that imports ebpfkit took
+    ~20 s there, ~10 s with the metadata and data cached (``cache=loose``). The view is a
+    snapshot as far as the guest knows: a file the host changes during the run may be seen
+    as it was. A directory with a mount at, above or below it (vng's overlays, shared
+    directories) keeps what vng gave it."""
+    q = shlex.quote
+    wanted = []
+    for d in sorted({os.path.realpath(d) for d in dirs}):
+        if d != "/" and _SAFE_PATH.match(d) and not any(d.startswith(w + "/") for w in wanted):
+            wanted.append(d)
+    if not wanted:
+        return []
+    view = CACHED_VIEW_MOUNT
+    return [f"mkdir -p {view} && mount -t 9p -o ro,trans=virtio,version=9p2000.L,access=any,cache=loose,msize=524288 "
+            f"{CACHED_VIEW_TAG} {view} 2>/dev/null && for d in {' '.join(q(d) for d in wanted)}; do",
+            "  awk -v d=\"$d\" '$2 != \"/\" && (index(d \"/\", $2 \"/\") == 1 || index($2, d \"/\") == 1) "
+            "{ m = 1 } END { exit m }' /proc/mounts && [ -d \"$d\" ] && "
+            f"mount --bind {view}\"$d\" \"$d\" 2>/dev/null",
+            "done"]
+
+
 def _vng_argv(vng: str, spec: VMSpec, accel: str, rundir: str, script: str, cache_dir: str | None) -> list[str]:
     console = os.path.join(rundir, "console.log")
     # A second console on a virtio port, into a file of our own: vng's serial console goes
     # to /dev/null (or, with -v, into the command's stderr), and panics must be recognisable.
     qemu_opts = (f"-device virtio-serial-pci,id=ebpfkitcon -chardev file,id=ebpfkitcon0,path={console} "
                  f"-device virtconsole,chardev=ebpfkitcon0,bus=ebpfkitcon.0")
+    # the host's root a second time, read-only, for the cached view (_cached_view_lines)
+    qemu_opts += (f" -fsdev local,id=ebpfkithost,path=/,security_model=none,readonly=on,multidevs=remap"
+                  f" -device virtio-9p-pci,fsdev=ebpfkithost,mount_tag={CACHED_VIEW_TAG}")
     kopts = ["console=hvc0", "loglevel=5", GUEST_MARK]
     if spec.lsm:
         kopts.append(f"lsm={spec.kernel.lsm_list()}")

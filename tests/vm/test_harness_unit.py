@@ -289,22 +289,42 @@ def test_a_kernel_list_must_name_kernels_as_strings(tmp_path, monkeypatch, capsy
     assert "needs a non-empty list of strings" in out.out + out.err
 
 
-def test_a_guest_that_died_or_panicked_is_booted_once_more(tmp_path, monkeypatch):
-    """A boot that never reached the command (a KVM emulation failure and a TCG panic in an
-    interrupt were seen) is retried once, and so is a guest that panicked while tests ran (for
-    the tests that had not finished); a second failure is reported as it is, and a test's own
-    failure (or a guest that died mid-run without a panic) is never retried."""
+def test_a_boot_that_never_reached_the_command_is_booted_once_more(monkeypatch, caplog):
+    """In run() itself, so ``ebpfkit vm run`` and the plugin both have it: a boot that never
+    reached the command (a KVM emulation failure and a TCG int3 oops were seen) is retried once;
+    a second failure is returned as it is, and a command that started is never run again."""
+    monkeypatch.setattr(host, "require", lambda: "vng")
+    monkeypatch.setattr(host, "choose_accel", lambda accel, image=None: ("tcg", "test"))
+    died = VMResult("died", None, "6.12", "kvm", 5.0, None, stderr_tail="KVM internal error")
+    panicked = VMResult("panic", None, "6.12", "tcg", 4.5, None, console="Oops: int3")
+    exited = VMResult("exited", 1, "6.12", "tcg", 50.0, 30.0)
+    mid_run_panic = VMResult("panic", None, "6.12", "tcg", 40.0, 30.0, console="Kernel panic - not syncing")
+    spec = VMSpec(kernels.Kernel("6.12", "/boot/vmlinuz-6.12", None, None, None))
+    for outcomes, boots in (([died, exited], 2), ([died, died], 2), ([exited], 1), ([panicked, exited], 2),
+                            ([panicked, panicked], 2), ([mid_run_panic], 1),
+                            ([VMResult("died", None, "6.12", "kvm", 40.0, 30.0)], 1)):
+        calls = []
+        monkeypatch.setattr(runner, "_boot", lambda vng, command, spec, accel, on_output: calls.append(command)
+                            or outcomes[len(calls) - 1])
+        caplog.clear()
+        assert runner.run(["true"], spec) is outcomes[-1]
+        assert len(calls) == boots
+        assert any("booting it once more" in r.getMessage() for r in caplog.records) == (boots == 2)
+
+
+def test_a_guest_that_panicked_mid_run_is_booted_once_more_for_the_unfinished(tmp_path, monkeypatch):
+    """The plugin boots a guest that panicked while tests ran once more, for the tests that had
+    not finished; a second panic is reported as it is, and so is a boot that never reached the
+    tests (run() has booted it twice), a test's own failure and a guest that died mid-run."""
     from ebpfkit.vm import plugin
 
     monkeypatch.setattr(host, "require", lambda: None)
-    died = VMResult("died", None, "6.12", "kvm", 5.0, None, stderr_tail="KVM internal error")
-    exited = VMResult("exited", 1, "6.12", "kvm", 50.0, 30.0)
     code, got = collect_nested(tmp_path, monkeypatch, MULTI_KERNEL)
-    panicked = VMResult("panic", None, "6.12", "tcg", 4.5, None, console="Kernel panic - not syncing")
+    exited = VMResult("exited", 1, "6.12", "kvm", 50.0, 30.0)
+    never_started = VMResult("panic", None, "6.12", "tcg", 4.5, None, console="Kernel panic - not syncing")
     mid_run_panic = VMResult("panic", None, "6.12", "tcg", 40.0, 30.0, console="Kernel panic - not syncing")
-    for outcomes, boots in (([died, exited], 2), ([died, died], 2), ([exited], 1),
-                            ([panicked, exited], 2), ([panicked, panicked], 2),
-                            ([mid_run_panic, exited], 2), ([mid_run_panic, mid_run_panic], 2),
+    for outcomes, boots in (([exited], 1), ([never_started], 1), ([mid_run_panic, exited], 2),
+                            ([mid_run_panic, mid_run_panic], 2),
                             ([VMResult("died", None, "6.12", "kvm", 40.0, 30.0)], 1)):
         calls = []
         monkeypatch.setattr(runner, "run", lambda command, spec, on_output=None: calls.append(spec)
