@@ -84,8 +84,10 @@ def guard(tmp_path, policy_text, *flags):
     g.cli("start", str(g.policy), *flags)
     try:
         yield g
+    except BaseException:
+        _debug_dump(g, policy_text)  # a CLI run costs ~20 s in the guest: only when it helps
+        raise
     finally:
-        _debug_dump(g, policy_text)
         g.admin_cli("stop", check=False)
         assert not os.path.exists(PIN_DIR)
 
