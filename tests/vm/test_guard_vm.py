@@ -30,7 +30,7 @@ from ebpfkit.tools.guard import session as guard_session
 from ebpfkit.sysinfo.devices import kernel_dev_of_stat
 from guardctl import PIN_DIR, guard
 
-pytestmark = pytest.mark.vm(kernel=["6.1", "6.12"], lsm=True, timeout=2700)
+pytestmark = pytest.mark.vm(kernel=["6.1"], lsm=True, timeout=2700)
 
 BPFTOOL = shutil.which("bpftool") or "/usr/sbin/bpftool"
 N_LINKS = 20  # one per program of guard.bpf.c (19 lsm/..., fexit/vfs_rename)
@@ -54,6 +54,7 @@ def denied(fn, *args):
     assert exc.value.errno == errno.EPERM
 
 
+@pytest.mark.vm(kernel=["6.1", "6.12"], lsm=True, timeout=2700)  # every LSM hook on both kernels
 def test_file_operations_denied_and_logged(tmp_path, fs):
     base = fs / "data"
     d = base / "dir"
@@ -202,6 +203,7 @@ def _libc_map(fd: int, prot: int, flags: int):
     return mprotect
 
 
+@pytest.mark.vm(kernel=["6.1", "6.12"], lsm=True, timeout=2700)  # every LSM hook on both kernels
 def test_every_policy_operation_denied_untrusted_allowed_trusted(tmp_path, fs):
     """Each operation the policy parser accepts, on a file of its own protected with `deny:
     [that op]`: the untrusted test process is denied (EPERM, one log line naming the op, the

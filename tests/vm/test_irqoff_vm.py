@@ -28,7 +28,7 @@ import pytest
 
 from helpers import RunningTool
 
-pytestmark = [pytest.mark.vm(kernel=["6.1", "6.12"], timeout=1500), pytest.mark.host_kmod]
+pytestmark = [pytest.mark.vm(kernel=["6.1"], timeout=1500), pytest.mark.host_kmod]
 
 THRESHOLD_MS = 20
 ABOVE = (40, 80)  # ms: reported, each within ±20%
