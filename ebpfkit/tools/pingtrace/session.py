@@ -216,22 +216,27 @@ class Session(ToolSession):
         pacer, sent = Pacer(cfg.mode, interval, start), 0
         pending: dict[int, _Pending] = {}
         while True:
-            finished = self._answered_or_lost(pending, pacer)
+            # every reply waiting is read (and stamped) before anything else: before the next
+            # probe is sent, and before the caller handles the results
+            for seq, rx_ns, entries in list(self._replies()):
+                if seq in pending:
+                    self._collect(pending)
+                    pacer.finished(time.monotonic())
+                    yield self._finished(pending.pop(seq), rx_ns, entries)
+            now = time.monotonic()
+            for seq in [s for s, p in pending.items() if p.deadline <= now]:
+                self._collect(pending)
+                pacer.finished(now)
+                yield self._finished(pending.pop(seq), None)
             now = time.monotonic()
             sending = (cfg.count is None or sent < cfg.count) and (end is None or now < end)
-            sent_one = sending and pacer.due(now, len(pending))
-            if sent_one:
+            if not sending and not pending:
+                return
+            if sending and pacer.due(now, len(pending)):
                 pending[sent] = self._send(sent)
                 sent += 1
                 pacer.sent(now)
-            # handled after the next probe is out, so what the caller does with a result
-            # never delays it
-            for args in finished:
-                yield self._finished(*args)
-            if finished or sent_one:
                 continue
-            if not sending and not pending:
-                return
             send_at = [pacer.next] if sending and not pacer.waits_for_reply(len(pending)) else []
             wake = min(send_at + [p.deadline for p in pending.values()])
             select.select([self._sock], [], [], max(wake - now, 0))
@@ -251,22 +256,6 @@ class Session(ToolSession):
         wall, sent_ns = time.time(), time.monotonic_ns()
         self._sock.sendto(message, (self.address, 0))
         return _Pending(seq, sent_ns, wall, time.monotonic() + self.config.timeout, self._netns)
-
-    def _answered_or_lost(self, pending: dict, pacer: Pacer) -> list:
-        """(probe, when its reply was read, the server's entries) of each probe answered or
-        given up as lost, taken out of ``pending``. Every reply waiting is read, and stamped,
-        before anything else, and the kernel's checkpoints so far handed to their probes."""
-        answered = [r for r in self._replies() if r[0] in pending]
-        now = time.monotonic()
-        answered_seqs = {seq for seq, _, _ in answered}
-        lost = [s for s, p in pending.items() if p.deadline <= now and s not in answered_seqs]
-        if not answered and not lost:
-            return []
-        self._collect(pending)
-        for _ in range(len(answered) + len(lost)):
-            pacer.finished(now)
-        return ([(pending.pop(seq), rx_ns, entries) for seq, rx_ns, entries in answered]
-                + [(pending.pop(seq), None, ()) for seq in lost])
 
     def _replies(self):
         """(seq, when read, the server's entries) of each of our probes' replies waiting."""
