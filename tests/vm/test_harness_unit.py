@@ -335,3 +335,12 @@ def test_a_guest_that_panicked_mid_run_is_booted_once_more_for_the_unfinished(tm
         got.scheduler._run(group)
         assert len(calls) == boots and group.vm is outcomes[-1]
         assert any("booting it once more" in line for line in said) == (boots == 2), said
+
+
+def test_the_cached_view_binds_each_outermost_directory_once():
+    """The Python's prefix, its venv inside the project and the project: one bind for the
+    project (the venv is under it), one for the prefix; never "/", never an unsafe path."""
+    lines = "\n".join(runner._cached_view_lines(["/opt/py", "/work/p/.venv", "/work/p", "/", "/bad path"]))
+    assert f"cache=loose,msize=524288 {runner.CACHED_VIEW_TAG} {runner.CACHED_VIEW_MOUNT}" in lines
+    assert "for d in /opt/py /work/p; do" in lines
+    assert runner._cached_view_lines(["/"]) == []
