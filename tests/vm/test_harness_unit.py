@@ -316,8 +316,6 @@ def test_a_guest_that_panicked_mid_run_is_booted_once_more_for_the_unfinished(tm
     """The plugin boots a guest that panicked while tests ran once more, for the tests that had
     not finished; a second panic is reported as it is, and so is a boot that never reached the
     tests (run() has booted it twice), a test's own failure and a guest that died mid-run."""
-    from ebpfkit.vm import plugin
-
     monkeypatch.setattr(host, "require", lambda: None)
     code, got = collect_nested(tmp_path, monkeypatch, MULTI_KERNEL)
     exited = VMResult("exited", 1, "6.12", "kvm", 50.0, 30.0)
