@@ -252,6 +252,9 @@ class VMScheduler:
         try:
             command = self._guest_command(group, results_file)
             group.vm = run(command, spec, on_output=on_output)
+            if group.vm.boots > 1:
+                self._say(f"ebpfkit vm: {group.kernel.release} failed before the tests started "
+                          f"({group.vm.accel}); booted it once more")
             if group.vm.status == "panic" and group.vm.boot_seconds is not None:  # mid-run (run() boots twice if not)
                 self._after_a_panic(group, spec, results_file, on_output)
             group.results = GuestResults(self.config, results_file)

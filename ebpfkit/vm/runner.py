@@ -26,7 +26,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from . import host
 from .kernels import Kernel
@@ -76,6 +76,7 @@ class VMResult:
     console: str = ""                 # the guest kernel's console (warnings and worse)
     stderr_tail: str = ""             # the last of vng's/the command's stderr
     timeout: float | None = None
+    boots: int = 1                    # 2: the first never reached the command (see run())
 
     @property
     def ok(self) -> bool:
@@ -139,7 +140,7 @@ def run(command: Sequence[str], spec: VMSpec,
         # started, so booting again is safe; a second failure is returned as it is
         log.warning("%s %s before the command started (%s); booting it once more",
                     spec.kernel.release, "died" if result.status == "died" else "panicked", accel)
-        result = _boot(vng, command, spec, accel, on_output)
+        result = replace(_boot(vng, command, spec, accel, on_output), boots=2)
     return result
 
 

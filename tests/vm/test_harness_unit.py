@@ -307,8 +307,9 @@ def test_a_boot_that_never_reached_the_command_is_booted_once_more(monkeypatch, 
         monkeypatch.setattr(runner, "_boot", lambda vng, command, spec, accel, on_output: calls.append(command)
                             or outcomes[len(calls) - 1])
         caplog.clear()
-        assert runner.run(["true"], spec) is outcomes[-1]
-        assert len(calls) == boots
+        got = runner.run(["true"], spec)
+        assert len(calls) == boots and got.boots == boots
+        assert (got.status, got.boot_seconds) == (outcomes[-1].status, outcomes[-1].boot_seconds)
         assert any("booting it once more" in r.getMessage() for r in caplog.records) == (boots == 2)
 
 
@@ -320,8 +321,9 @@ def test_a_guest_that_panicked_mid_run_is_booted_once_more_for_the_unfinished(tm
     code, got = collect_nested(tmp_path, monkeypatch, MULTI_KERNEL)
     exited = VMResult("exited", 1, "6.12", "kvm", 50.0, 30.0)
     never_started = VMResult("panic", None, "6.12", "tcg", 4.5, None, console="Kernel panic - not syncing")
+    retried = VMResult("exited", 0, "6.12", "tcg", 50.0, 30.0, boots=2)  # run() booted twice
     mid_run_panic = VMResult("panic", None, "6.12", "tcg", 40.0, 30.0, console="Kernel panic - not syncing")
-    for outcomes, boots in (([exited], 1), ([never_started], 1), ([mid_run_panic, exited], 2),
+    for outcomes, boots in (([exited], 1), ([never_started], 1), ([retried], 1), ([mid_run_panic, exited], 2),
                             ([mid_run_panic, mid_run_panic], 2),
                             ([VMResult("died", None, "6.12", "kvm", 40.0, 30.0)], 1)):
         calls = []
@@ -333,6 +335,7 @@ def test_a_guest_that_panicked_mid_run_is_booted_once_more_for_the_unfinished(tm
         got.scheduler._run(group)
         assert len(calls) == boots and group.vm is outcomes[-1]
         assert any("booting it once more" in line for line in said) == (boots == 2), said
+        assert any("booted it once more" in line for line in said) == (outcomes[0] is retried), said
 
 
 def test_the_cached_view_binds_each_outermost_directory_once():
