@@ -620,6 +620,16 @@ def _probe_task_storage(name, lbl):
     return Probe(name, lbl, found.status, found.reason, detail=found.detail, errno=found.errno)
 
 
+@_register("sched_info", "the scheduler's run-queue account (sched_info)")
+def _probe_sched_info(name, lbl):
+    # CONFIG_SCHED_INFO (selected by SCHEDSTATS or TASK_DELAY_ACCT) is what gives tasks
+    # /proc/PID/schedstat; the fields it adds to task_struct are read by programs through CO-RE.
+    if os.path.exists("/proc/self/schedstat"):
+        return Probe(name, lbl, SUPPORTED, "tasks carry sched_info (/proc/self/schedstat)")
+    return Probe(name, lbl, UNSUPPORTED, "/proc/self/schedstat is missing: the kernel keeps no "
+                 "run-queue account per task (CONFIG_SCHED_INFO)")
+
+
 # The verifier's words for "no such helper here" (older and newer kernels). libbpf 1.1's
 # libbpf_probe_bpf_helper() knows only the first two and says "supported" on kernel 6.18.
 _NO_HELPER = ("invalid func ", "unknown func ", "cannot use helper", "helper call is not allowed")
@@ -1155,6 +1165,8 @@ HINTS = {
                   "(mount -t tracefs tracefs /sys/kernel/tracing)",
     "raw_tp": "needs a kernel >= 4.17",
     "task_storage": "needs a kernel >= 5.11 (BPF_MAP_TYPE_TASK_STORAGE)",
+    "sched_info": "needs a kernel built with CONFIG_SCHEDSTATS or CONFIG_TASK_DELAY_ACCT (both are "
+                  "on in every major distribution's kernel)",
     "tp_btf": "needs a kernel >= 5.5 with BTF (CONFIG_DEBUG_INFO_BTF=y); use tracepoints instead",
     "kprobe": "use a kernel with CONFIG_KPROBES=y, or a tracepoint (best_hook() picks one)",
     "fentry": _TRAMPOLINE_HINT + "; kprobes or tracepoints are the fallback",

@@ -2,11 +2,17 @@
 /* Run-queue waits longer than a threshold, one event each: the task that waited, how long,
  * on which CPU, the task it replaced there, and the task that woke it.
  *
- * The waker is recorded at sched_waking, which runs in the waker's context; sched_wakeup may
- * run later on the woken task's CPU (the kernel queues a wakeup for an idle CPU to do itself),
- * where the current task is not the waker. The wait starts at sched_wakeup (enqueued), as the
- * kernel's own run_delay account does (what a user compares it with: schedstat, perf sched),
- * or when the task is preempted still runnable. */
+ * The wait is the kernel's own account (CONFIG_SCHED_INFO: what /proc/PID/schedstat and perf
+ * sched report). The scheduler stamps a task's sched_info.last_queued when it joins a run
+ * queue (woken, or preempted still runnable), adds the time queued to run_delay when it leaves
+ * one, and counts its arrivals on a CPU (pcount). So when a task stops running (it blocks:
+ * sched_waking wakes it; or it is preempted: sched_switch) we note run_delay and pcount, and
+ * when it gets a CPU again (sched_switch, before the kernel's own accounting of it) its wait is
+ * what run_delay grew by since then plus the time in its current queue: every queue of a
+ * task moved between CPUs while it waited counts. Most switch-ins cost no map access: the time
+ * since the task last got a CPU bounds its wait, and only one that may exceed the threshold is
+ * looked up. The waker is noted at sched_waking, which runs in the waker's context (sched_wakeup
+ * may run later on the woken task's CPU). */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
@@ -21,22 +27,39 @@ const volatile __u32 targ_tgid = 0; /* 0: every process */
 const volatile __u32 targ_tid = 0;  /* 0: every thread */
 
 struct waiting {
-	__u64 since; /* 0: not waiting in a run queue (woken, sched_waking seen, not enqueued yet) */
-	__u32 waker_pid;
+	__u64 pcount;    /* the kernel's count of the task's arrivals when it stopped running */
+	__u64 run_delay; /* its run_delay then */
+	__u32 waker_pid; /* who woke it (0: nobody, it was preempted) */
 	char waker_comm[TASK_COMM_LEN];
 };
 
-/* Entries are written in place and never deleted (a switch costs lookups, not an insert and
- * a delete). */
+/* Entries are written in place and never deleted; one is current while pcount is the task's. */
 EK_TASK_LOCAL(waits, struct waiting, 10240);
 
 EK_RINGBUF(events, 256 * 1024);
 EK_EXPORT_TYPE(struct runqslower_event);
 
+/* Without CONFIG_FAIR_GROUP_SCHED a task's cfs_rq is its run queue's own, with no pointer back. */
+struct cfs_rq___ek_flat {
+	struct rq *rq;
+} __attribute__((preserve_access_index));
+
 /* ``typed``: the task pointers are typed (tp_btf), so their fields are read directly. */
 static __always_inline bool traced(struct task_struct *t, bool typed)
 {
 	return ek_task_selected_of(t, targ_tgid, targ_tid, typed);
+}
+
+/* t stops running: where its wait, if any, will start from. */
+static __always_inline struct waiting *stopped(struct task_struct *t, bool typed)
+{
+	struct waiting *w = waits_of(t, true, typed);
+
+	if (w) {
+		w->pcount = EK_TASK_FIELD(typed, t, sched_info.pcount);
+		w->run_delay = EK_TASK_FIELD(typed, t, sched_info.run_delay);
+	}
+	return w;
 }
 
 /* Called in the waker's context: it is the current task. */
@@ -46,77 +69,77 @@ static __always_inline int waking(struct task_struct *p, bool typed)
 
 	if (!traced(p, typed))
 		return 0;
-	w = waits_of(p, true, typed);
-	if (!w || w->since)
-		return 0; /* already waiting in a run queue (preempted): this wakes nothing */
+	if (EK_TASK_FIELD(typed, p, on_rq))
+		return 0; /* it had not left its run queue yet: this wakes it without a wait */
+	w = stopped(p, typed);
+	if (!w)
+		return 0;
 	w->waker_pid = bpf_get_current_pid_tgid() >> 32;
 	bpf_get_current_comm(&w->waker_comm, sizeof(w->waker_comm));
 	return 0;
 }
 
-/* Now in the run queue: the wait starts (with the waker sched_waking recorded). */
-static __always_inline int enqueued(struct task_struct *p, bool typed)
+/* The clock of the run queue ``next`` is being switched in on, which the scheduler has just
+ * updated (the clock its last_queued was stamped with): through its CFS queue, which every
+ * task has whatever its class. */
+static __always_inline __u64 run_queue_clock(struct task_struct *next, bool typed)
 {
-	struct waiting *w;
+	struct cfs_rq___ek_flat *cfs = (void *)EK_TASK_FIELD(typed, next, se.cfs_rq);
 
-	if (!traced(p, typed))
-		return 0;
-	w = waits_of(p, true, typed);
-	if (w)
-		w->since = bpf_ktime_get_ns();
-	return 0;
-}
-
-/* Switched out still runnable: back in the run queue at once, woken by nobody. */
-static __always_inline void preempted(struct task_struct *p, bool typed)
-{
-	struct waiting *w;
-
-	if (!traced(p, typed))
-		return;
-	w = waits_of(p, true, typed);
-	if (!w)
-		return;
-	w->since = bpf_ktime_get_ns();
-	w->waker_pid = 0;
-	w->waker_comm[0] = 0;
+	if (bpf_core_field_exists(cfs->rq))
+		return typed ? cfs->rq->clock : BPF_CORE_READ(cfs, rq, clock);
+	return BPF_CORE_READ((struct rq *)((void *)cfs - bpf_core_field_offset(struct rq, cfs)), clock);
 }
 
 static __always_inline int switched(struct task_struct *prev, struct task_struct *next, bool typed)
 {
 	struct runqslower_event *ev;
 	struct waiting *w;
-	__u64 now, delay_us;
+	__u64 queued, clock, delay_ns;
+	__u32 waker_pid = 0;
 
-	if (ek_task_state_of(prev, typed) == EK_TASK_RUNNING)
-		preempted(prev, typed);
+	if (ek_task_state_of(prev, typed) == EK_TASK_RUNNING && traced(prev, typed)) {
+		w = stopped(prev, typed); /* preempted: back in the queue at once, woken by nobody */
+		if (w)
+			w->waker_pid = 0;
+	}
 
-	w = waits_of(next, false, typed);
-	if (!w || !w->since)
+	if (!traced(next, typed))
 		return 0;
-	now = bpf_ktime_get_ns();
-	delay_us = now > w->since ? (now - w->since) / 1000 : 0;
-	if (delay_us < targ_min_us)
-		goto done;
+	queued = EK_TASK_FIELD(typed, next, sched_info.last_queued);
+	if (!queued)
+		return 0; /* it did not wait: the kernel adds nothing either */
+	clock = run_queue_clock(next, typed);
+	/* it waited at most since it last got a CPU */
+	if (clock - EK_TASK_FIELD(typed, next, sched_info.last_arrival) < targ_min_us * 1000)
+		return 0;
+	delay_ns = clock - queued;
+	w = waits_of(next, false, typed);
+	if (w && w->pcount == EK_TASK_FIELD(typed, next, sched_info.pcount)) {
+		/* and in the queues it left while it waited (moved to another CPU) */
+		delay_ns += EK_TASK_FIELD(typed, next, sched_info.run_delay) - w->run_delay;
+		waker_pid = w->waker_pid;
+	} /* else it stopped running before we started: only its current queue is known */
+	if (delay_ns < targ_min_us * 1000)
+		return 0;
 
 	ev = ek_ringbuf_reserve(events, sizeof(*ev));
 	if (!ev)
-		goto done;
-	ev->ts = now;
-	ev->delay_us = delay_us;
+		return 0;
+	ev->ts = bpf_ktime_get_ns();
+	ev->delay_us = delay_ns / 1000;
 	ev->pid = EK_TASK_FIELD(typed, next, tgid);
 	ev->tid = EK_TASK_FIELD(typed, next, pid);
 	ev->cpu = bpf_get_smp_processor_id();
 	ev->prev_tid = EK_TASK_FIELD(typed, prev, pid);
-	ev->waker_pid = w->waker_pid;
+	ev->waker_pid = waker_pid;
 	BPF_CORE_READ_STR_INTO(&ev->comm, next, comm);
 	BPF_CORE_READ_STR_INTO(&ev->prev_comm, prev, comm);
-	__builtin_memcpy(ev->waker_comm, w->waker_comm, sizeof(ev->waker_comm));
+	if (waker_pid)
+		__builtin_memcpy(ev->waker_comm, w->waker_comm, sizeof(ev->waker_comm));
+	else
+		ev->waker_comm[0] = 0;
 	bpf_ringbuf_submit(ev, 0);
-done:
-	w->since = 0;
-	w->waker_pid = 0;
-	w->waker_comm[0] = 0;
 	return 0;
 }
 
@@ -128,16 +151,10 @@ done:
 	{                                                                                         \
 		return waking(p, typed);                                                          \
 	}                                                                                         \
-	SEC(#kind "/sched_wakeup")                                                                \
-	int BPF_PROG(runqslower_wakeup##suffix, struct task_struct *p)                            \
-	{                                                                                         \
-		return enqueued(p, typed);                                                        \
-	}                                                                                         \
 	SEC(#kind "/sched_wakeup_new")                                                            \
 	int BPF_PROG(runqslower_wakeup_new##suffix, struct task_struct *p)                        \
 	{                                                                                         \
-		waking(p, typed); /* in the parent, which woke it by forking it */                \
-		return enqueued(p, typed);                                                        \
+		return waking(p, typed); /* in the parent, which woke it by forking it */         \
 	}                                                                                         \
 	SEC(#kind "/sched_switch")                                                                \
 	int BPF_PROG(runqslower_switch##suffix, bool preempt, struct task_struct *prev,           \

@@ -25,8 +25,8 @@ from ..config import ToolConfig, check_pid, check_tid
 from ..session import EventSession, choose_typed_or_raw
 
 PROGRAM = os.path.join(os.path.dirname(__file__), "runqslower.bpf.c")
-TYPED_HOOK = "tp_btf sched_waking/sched_wakeup/sched_switch, task storage"
-RAW_HOOK = "raw tracepoints sched_waking/sched_wakeup/sched_switch"
+TYPED_HOOK = "tp_btf sched_waking/sched_switch, task storage, the kernel's sched_info"
+RAW_HOOK = "raw tracepoints sched_waking/sched_switch, the kernel's sched_info"
 
 
 @dataclass(frozen=True)
@@ -66,8 +66,10 @@ class Session(EventSession):
 
     def __init__(self, config: Config):
         from ...engine import compile as compile_bpf
+        from ...engine import features
 
         self.config = config
+        features.require("sched_info")  # the waits are the kernel's own account
         spec = compile_bpf(PROGRAM)
         self.hook = choose_typed_or_raw(spec, TYPED_HOOK, RAW_HOOK, typed_maps=("waits",),
                                         raw_maps=("waits_by_tid",))

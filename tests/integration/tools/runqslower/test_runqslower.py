@@ -11,6 +11,8 @@ import io
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -173,6 +175,49 @@ def test_session_for_one_thread():
     check_sleeper([w.to_dict() for w in seen], waited[pids["sleeper"]])
 
 
+def test_a_wait_moved_to_another_cpu_counts_from_its_first_queue():
+    """The sleeper is woken on a CPU a SCHED_FIFO spinner holds, waits there, and is then moved
+    to the other CPU (the test changes its affinity), where it runs at once: its one wait is
+    the time from the wakeup to the move, not the few µs in its second queue."""
+    from ebpfkit.tools import runqslower
+
+    other = min(os.sched_getaffinity(0))
+    assert other != CPU, "needs two CPUs"
+    held_ms, min_us = 60, 20000
+    mine = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {other})  # this test must run while the spinner holds CPU
+    sleeper = pinned_python(SLEEPER, CPU)
+    spinner = subprocess.Popen(["chrt", "-f", "1", "taskset", "-c", str(CPU), sys.executable, "-c",
+                                "import os, time\n" + spinner_code(1.0)], stdin=subprocess.PIPE)
+    try:
+        time.sleep(0.5)  # both started and blocked in their read()
+        with runqslower.open(min_us=min_us, pid=sleeper.pid) as session:
+            spinner.stdin.write(b"g")
+            spinner.stdin.flush()
+            time.sleep(0.1)  # the spinner has CPU
+            _, delay0, _ = schedstat_fields(sleeper.pid)
+            sleeper.stdin.write(b"w")
+            sleeper.stdin.flush()
+            woken = time.monotonic()
+            time.sleep(held_ms / 1000)
+            os.sched_setaffinity(sleeper.pid, {other})
+            moved = time.monotonic()
+            time.sleep(0.1)
+            _, delay1, _ = schedstat_fields(sleeper.pid)
+            waits = list(session.events(timeout=0.5))
+    finally:
+        reap(spinner)
+        reap(sleeper)
+        os.sched_setaffinity(0, mine)
+    truth_us = (delay1 - delay0) / 1000
+    assert truth_us >= (held_ms - 5) * 1000, truth_us  # it did wait behind the spinner
+    assert len(waits) == 1, waits
+    wait = waits[0]
+    assert wait.cpu == other and wait.waker_pid == os.getpid()
+    assert (held_ms - 5) * 1000 <= wait.delay_us <= (moved - woken) * 1e6 + 1000, (wait, moved - woken)
+    assert abs(wait.delay_us - truth_us) <= 200, (wait.delay_us, truth_us)
+
+
 def test_min_us_far_above_every_wait_reports_nothing():
     _, waited, out = traced("--format", "json", "runqslower", "10000000")
     assert max(w.run_delay_us for w in waited.values()) > 1000  # there were waits
@@ -185,8 +230,8 @@ def test_a_signal_leaves_nothing_attached(sig, code):
     tool = RunningTool("runqslower", "100000")
     try:
         held = bpf_objects_held_by(tool.pid)
-        # sched_waking, sched_wakeup, sched_wakeup_new, sched_switch
-        assert sum(kind == "link" for kind, _ in held) == 4, held
+        # sched_waking, sched_wakeup_new, sched_switch
+        assert sum(kind == "link" for kind, _ in held) == 3, held
         tool.stop(sig)
     finally:
         tool.kill()

@@ -38,3 +38,19 @@ def test_a_wakeup_is_plain_data():
     w = Wakeup(time=1.5, comm="a", pid=2, tid=3, delay_us=4, cpu=0, prev_comm="b", prev_tid=5,
                waker_comm="c", waker_pid=6)
     assert w.to_dict()["delay_us"] == 4 and list(w.to_dict())[:3] == ["time", "comm", "pid"]
+
+
+def test_a_kernel_without_sched_info_is_a_missing_feature(monkeypatch):
+    """Its waits are the kernel's own account: without CONFIG_SCHED_INFO the session refuses
+    to start (exit 3 from the CLI) before it compiles anything."""
+    from ebpfkit.engine import features
+    from ebpfkit.errors import NotSupportedError
+    from ebpfkit.tools import runqslower
+
+    real_exists = os.path.exists
+    monkeypatch.setattr(os.path, "exists", lambda p: p != "/proc/self/schedstat" and real_exists(p))
+    monkeypatch.setitem(features._cache, "sched_info", features._probe_sched_info("sched_info", "sched_info"))
+    with pytest.raises(NotSupportedError, match="CONFIG_SCHED_INFO") as info:
+        runqslower.open(min_us=1000)
+    assert info.value.feature == "sched_info" and info.value.exit_code == 3
+    assert "CONFIG_SCHEDSTATS" in info.value.hint
