@@ -399,6 +399,52 @@ def schedstat_fields(pid: int) -> tuple[int, int, int]:
     return on_cpu, run_delay, pcount
 
 
+def wait_moved_between_cpus(tracing, held_ms: int = 60) -> tuple[float, float]:
+    """A run-queue wait that moves CPU: a sleeper pinned to the highest CPU is woken there
+    while a SCHED_FIFO spinner holds it, waits ``held_ms``, and is then moved to the lowest
+    CPU (its affinity changed), where it runs at once. Before that it is woken once with the CPU
+    free (a wait of µs), so a tool has seen it run. ``tracing(pid)`` is a context manager
+    around both wakeups (the tool under test). Returns (the wait schedstat counted in µs, the
+    time from the wakeup to the move in µs)."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    cpu, other = max(os.sched_getaffinity(0)), min(os.sched_getaffinity(0))
+    assert other != cpu, "needs two CPUs"
+    mine = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {other})  # the caller must run while the spinner holds cpu
+    sleeper = pinned_python("while os.read(0, 1) == b'w':\n    pass\n", cpu)
+    spinner = subprocess.Popen(["chrt", "-f", "1", "taskset", "-c", str(cpu), sys.executable, "-c",
+                                "import os, time\n" + spinner_code(1.0)], stdin=subprocess.PIPE)
+    try:
+        time.sleep(0.5)  # both started and blocked in their read()
+        with tracing(sleeper.pid):
+            sleeper.stdin.write(b"w")  # it runs once where nothing holds the CPU: the tool has seen it
+            sleeper.stdin.flush()
+            time.sleep(0.05)
+            spinner.stdin.write(b"g")
+            spinner.stdin.flush()
+            time.sleep(0.1)  # the spinner holds cpu
+            _, delay0, _ = schedstat_fields(sleeper.pid)
+            sleeper.stdin.write(b"w")
+            sleeper.stdin.flush()
+            woken = time.monotonic()
+            time.sleep(held_ms / 1000)
+            os.sched_setaffinity(sleeper.pid, {other})
+            moved = time.monotonic()
+            time.sleep(0.1)
+            _, delay1, _ = schedstat_fields(sleeper.pid)
+    finally:
+        reap(spinner)
+        reap(sleeper)
+        os.sched_setaffinity(0, mine)
+    truth_us = (delay1 - delay0) / 1000
+    assert truth_us >= (held_ms - 5) * 1000, truth_us  # it did wait behind the spinner
+    return truth_us, (moved - woken) * 1e6
+
+
 def reap(proc) -> None:
     """End and reap a pinned_python child (for a test's cleanup)."""
     if proc.stdin and not proc.stdin.closed:

@@ -24,8 +24,9 @@ class ToolInfo:
 TOOLS: dict[str, ToolInfo] = {t.name: t for t in [
     ToolInfo("doctor", "ebpfkit.tools.doctor.cli", "Show what this kernel allows and which tools can run."),
     ToolInfo("runqlat", "ebpfkit.tools.runqlat.cli", "Run-queue (scheduler) latency as log2 histograms.",
-             hooks=(("tp_btf sched_wakeup/sched_switch", ("btf", "kernel_btf", "tp_btf")),
-                    ("raw tracepoints sched_wakeup/sched_switch", ("btf", "raw_tp", "lockdown")))),
+             hooks=(("tp_btf sched_switch, task storage, the kernel's sched_info",
+                     ("btf", "kernel_btf", "tp_btf", "task_storage", "sched_info")),
+                    ("raw tracepoint sched_switch, the kernel's sched_info", ("btf", "raw_tp", "lockdown", "sched_info")))),
     ToolInfo("runqlen", "ebpfkit.tools.runqlen.cli", "Run-queue length by sampling, as linear histograms.",
              hooks=(("perf_event cpu-clock sampling", ("btf", "perf_event")),)),
     ToolInfo("runqslower", "ebpfkit.tools.runqslower.cli",

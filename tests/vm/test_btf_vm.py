@@ -156,7 +156,7 @@ def test_doctor_reports_from_the_file(btf_file):
         assert report["features"][typed]["status"] == "unsupported", report["features"][typed]
         assert "kernel's own BTF" in report["features"][typed]["reason"]
     tools = report["tools"]
-    assert tools["runqlat"] == {"runs": True, "hook": "raw tracepoints sched_wakeup/sched_switch"}
+    assert tools["runqlat"] == {"runs": True, "hook": "raw tracepoint sched_switch, the kernel's sched_info"}
     assert tools["iofsstat"] == {"runs": True, "hook": "syscall tracepoints"}
     assert tools["iotrace"]["runs"] and tools["xdp"]["runs"] and tools["sockmap"]["runs"]
     assert tools["guard"]["runs"] is False and "kernel's own BTF" in tools["guard"]["hook"]
@@ -196,7 +196,7 @@ def test_runqlat_with_btf_sees_the_childs_sleeps(btf_file):
     finally:
         kill(child.proc, tool)
     assert tool.returncode == 0, stderr + rest
-    assert "hook: raw tracepoints" in stderr
+    assert "hook: raw tracepoint sched_switch" in stderr
     total = sum(h["total"] for line in out.splitlines() for h in json.loads(line)["histograms"])
     # one wakeup (and switch in) per sleep, plus the read of "go" and the exit: no other task
     assert SLEEPS <= total <= SLEEPS + 15, out

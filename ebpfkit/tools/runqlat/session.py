@@ -27,8 +27,8 @@ from ..session import ToolSession, choose_typed_or_raw, load_attached
 from ..task_times import TaskTimesConfig
 
 PROGRAM = os.path.join(os.path.dirname(__file__), "runqlat.bpf.c")
-TYPED_HOOK = "tp_btf sched_wakeup/sched_switch"
-RAW_HOOK = "raw tracepoints sched_wakeup/sched_switch"
+TYPED_HOOK = "tp_btf sched_switch, task storage, the kernel's sched_info"
+RAW_HOOK = "raw tracepoint sched_switch, the kernel's sched_info"
 # RUNQLAT_KEY_* of runqlat.h: what the BPF side keeps a histogram per
 KEY_NONE, KEY_TGID, KEY_TID, KEY_PIDNS, KEY_CGROUP = range(5)
 BY = ("cgroup", "container")  # Config.by: a histogram per cgroup, or per container (or pod)
@@ -84,10 +84,13 @@ class Session(ToolSession):
 
     def __init__(self, config: Config):
         from ...engine import compile as compile_bpf
+        from ...engine import features
 
         self.config = config
+        features.require("sched_info")  # the waits are the kernel's own account
         spec = compile_bpf(PROGRAM)
-        self.hook = choose_typed_or_raw(spec, TYPED_HOOK, RAW_HOOK)
+        self.hook = choose_typed_or_raw(spec, TYPED_HOOK, RAW_HOOK, typed_maps=("last_runs",),
+                                        raw_maps=("last_runs_by_tid",))
         spec.rodata.update(config.rodata())
         self._cgroups = CgroupPaths(require_cgroup2()) if config.by else None
         self._obj = load_attached(spec)

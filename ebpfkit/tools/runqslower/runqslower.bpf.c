@@ -20,6 +20,7 @@
 #include "ebpfkit.h"
 #include "ek_task.h"
 #include "ek_task_local.h"
+#include "ek_sched_info.h"
 #include "runqslower.h"
 
 const volatile __u64 targ_min_us = 10000;
@@ -38,11 +39,6 @@ EK_TASK_LOCAL(waits, struct waiting, 10240);
 
 EK_RINGBUF(events, 256 * 1024);
 EK_EXPORT_TYPE(struct runqslower_event);
-
-/* Without CONFIG_FAIR_GROUP_SCHED a task's cfs_rq is its run queue's own, with no pointer back. */
-struct cfs_rq___ek_flat {
-	struct rq *rq;
-} __attribute__((preserve_access_index));
 
 /* ``typed``: the task pointers are typed (tp_btf), so their fields are read directly. */
 static __always_inline bool traced(struct task_struct *t, bool typed)
@@ -79,18 +75,6 @@ static __always_inline int waking(struct task_struct *p, bool typed)
 	return 0;
 }
 
-/* The clock of the run queue ``next`` is being switched in on, which the scheduler has just
- * updated (the clock its last_queued was stamped with): through its CFS queue, which every
- * task has whatever its class. */
-static __always_inline __u64 run_queue_clock(struct task_struct *next, bool typed)
-{
-	struct cfs_rq___ek_flat *cfs = (void *)EK_TASK_FIELD(typed, next, se.cfs_rq);
-
-	if (bpf_core_field_exists(cfs->rq))
-		return typed ? cfs->rq->clock : BPF_CORE_READ(cfs, rq, clock);
-	return BPF_CORE_READ((struct rq *)((void *)cfs - bpf_core_field_offset(struct rq, cfs)), clock);
-}
-
 static __always_inline int switched(struct task_struct *prev, struct task_struct *next, bool typed)
 {
 	struct runqslower_event *ev;
@@ -109,7 +93,7 @@ static __always_inline int switched(struct task_struct *prev, struct task_struct
 	queued = EK_TASK_FIELD(typed, next, sched_info.last_queued);
 	if (!queued)
 		return 0; /* it did not wait: the kernel adds nothing either */
-	clock = run_queue_clock(next, typed);
+	clock = ek_run_queue_clock(next, typed);
 	/* it waited at most since it last got a CPU */
 	if (clock - EK_TASK_FIELD(typed, next, sched_info.last_arrival) < targ_min_us * 1000)
 		return 0;

@@ -19,7 +19,7 @@ import time
 import pytest
 
 from helpers import (CPU, SPIN_SECONDS, SPINNER, RunningTool, Spinners, Truth, ek, same_config_error, schedstat,
-                     spin_two_on_one_cpu, traced_while, wait_for)
+                     spin_two_on_one_cpu, traced_while, wait_for, wait_moved_between_cpus)
 from outputs import logged
 
 pytestmark = [
@@ -173,6 +173,31 @@ def test_session_for_one_pid_sees_only_it():
     # each wait counted ends in a run; a few runs follow no wait runqlat sees (a task
     # preempted while setting a sleeping state, more of them on a loaded machine)
     assert traced.runs - max(5, traced.runs // 20) <= waits <= traced.runs, (seen, traced)
+
+
+def test_a_wait_moved_to_another_cpu_counts_from_its_first_queue():
+    """A wait behind a SCHED_FIFO spinner, then moved to the other CPU, where the task runs at
+    once: the histogram holds that one wait whole (~60 ms), not the µs of its second queue.
+    (runqlat notes where a task's wait starts when it gets a CPU: the first wait of a task it
+    has not yet seen run is known only from its current queue; the sleeper has run once.)"""
+    from contextlib import contextmanager
+
+    from ebpfkit.tools import runqlat
+
+    hists = []
+
+    @contextmanager
+    def tracing(pid):
+        with runqlat.open(pid=pid) as session:
+            yield
+            hists.extend(session.sample())
+
+    truth_us, until_moved_us = wait_moved_between_cpus(tracing, held_ms=60)
+    (hist,) = hists
+    assert hist.total >= 2, hist.buckets()  # woken twice (and maybe preempted, on a busy machine)
+    long_waits = [b for b in hist.buckets() if b["count"] and b["low"] >= 32768]
+    assert len(long_waits) == 1 and long_waits[0]["count"] == 1, (hist.buckets(), truth_us)
+    assert long_waits[0]["low"] <= truth_us <= long_waits[0]["high"], (long_waits, truth_us, until_moved_us)
 
 
 def test_a_bad_value_is_the_same_error_from_cli_yaml_and_notebook():

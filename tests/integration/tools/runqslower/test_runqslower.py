@@ -11,16 +11,14 @@ import io
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 import pytest
 
 from helpers import (RunningTool, bpf_objects_held_by, ek, pinned_python, reap, schedstat_fields, spinner_code,
-                     still_in_kernel)
+                     still_in_kernel, wait_moved_between_cpus)
 
 pytestmark = [
     pytest.mark.integration,
@@ -123,7 +121,6 @@ def test_waits_over_min_us_name_the_spinners_with_the_kernels_delays(fmt, parse)
 def test_pid_filter_reports_exactly_that_process_and_its_waker():
     sleeper_events: list[dict] = []
 
-    from contextlib import contextmanager
 
     @contextmanager
     def trace_sleeper(pids):
@@ -154,7 +151,6 @@ def check_sleeper(events: list[dict], truth: Waited) -> None:
 
 def test_session_for_one_thread():
     """The session, as a notebook uses it, with -t's setting: only that thread's waits."""
-    from contextlib import contextmanager
 
     from ebpfkit.tools import runqslower
 
@@ -176,45 +172,23 @@ def test_session_for_one_thread():
 
 
 def test_a_wait_moved_to_another_cpu_counts_from_its_first_queue():
-    """The sleeper is woken on a CPU a SCHED_FIFO spinner holds, waits there, and is then moved
-    to the other CPU (the test changes its affinity), where it runs at once: its one wait is
-    the time from the wakeup to the move, not the few µs in its second queue."""
+    """A wait behind a SCHED_FIFO spinner, then moved to the other CPU, where the task runs at
+    once: its one wait is the time from the wakeup to the move, not the µs in its second queue."""
     from ebpfkit.tools import runqslower
 
-    other = min(os.sched_getaffinity(0))
-    assert other != CPU, "needs two CPUs"
-    held_ms, min_us = 60, 20000
-    mine = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {other})  # this test must run while the spinner holds CPU
-    sleeper = pinned_python(SLEEPER, CPU)
-    spinner = subprocess.Popen(["chrt", "-f", "1", "taskset", "-c", str(CPU), sys.executable, "-c",
-                                "import os, time\n" + spinner_code(1.0)], stdin=subprocess.PIPE)
-    try:
-        time.sleep(0.5)  # both started and blocked in their read()
-        with runqslower.open(min_us=min_us, pid=sleeper.pid) as session:
-            spinner.stdin.write(b"g")
-            spinner.stdin.flush()
-            time.sleep(0.1)  # the spinner has CPU
-            _, delay0, _ = schedstat_fields(sleeper.pid)
-            sleeper.stdin.write(b"w")
-            sleeper.stdin.flush()
-            woken = time.monotonic()
-            time.sleep(held_ms / 1000)
-            os.sched_setaffinity(sleeper.pid, {other})
-            moved = time.monotonic()
-            time.sleep(0.1)
-            _, delay1, _ = schedstat_fields(sleeper.pid)
-            waits = list(session.events(timeout=0.5))
-    finally:
-        reap(spinner)
-        reap(sleeper)
-        os.sched_setaffinity(0, mine)
-    truth_us = (delay1 - delay0) / 1000
-    assert truth_us >= (held_ms - 5) * 1000, truth_us  # it did wait behind the spinner
+    waits = []
+
+    @contextmanager
+    def tracing(pid):
+        with runqslower.open(min_us=40000, pid=pid) as session:
+            yield
+            waits.extend(session.events(timeout=0.5))
+
+    truth_us, until_moved_us = wait_moved_between_cpus(tracing, held_ms=60)
     assert len(waits) == 1, waits
     wait = waits[0]
-    assert wait.cpu == other and wait.waker_pid == os.getpid()
-    assert (held_ms - 5) * 1000 <= wait.delay_us <= (moved - woken) * 1e6 + 1000, (wait, moved - woken)
+    assert wait.cpu == min(os.sched_getaffinity(0)) and wait.waker_pid == os.getpid()
+    assert 55000 <= wait.delay_us <= until_moved_us + 1000, (wait, until_moved_us)
     assert abs(wait.delay_us - truth_us) <= 200, (wait.delay_us, truth_us)
 
 
