@@ -1,4 +1,4 @@
-"""`ebpfkit detect run` (the built-in rules; and with three bait files) against nothing, on five loops:
+"""`ebpfkit detect run` (the built-in rules; and with three bait files) against nothing, on six loops:
 
     sudo .venv/bin/python benchmarks/detect_bench.py [--runs 5]
 
@@ -9,9 +9,10 @@ the socket on fd 0 (each an event, throttled beyond 2000 a second, and a reverse
 rate-limited); open+close of a file for reading (no event: what the syscall tracepoints' slow
 path costs every syscall); and open+close of a file for writing, which the bait programs follow
 from the open's entry to its exit, where the file is looked up among the baits (no event: it
-is not one). With baits declared (the second configuration) the exits of open, openat,
-openat2 and creat and the truncate, ftruncate, rename and unlink tracepoints are attached;
-without, they are not.
+is not one); and 64-byte pwrite()s to a file opened once, each looked up among the baits by
+its fd's file. With baits declared (the second configuration) the exits of open, openat,
+openat2 and creat and the truncate, ftruncate, rename, unlink and write (pwrite64, writev, ...)
+tracepoints are attached; without, they are not.
 Targets (issue 22): each loop <= 1.10x bare; no event lost at the fastest exec and connect
 rates this machine reaches (the loops run flat out); start-up (spawn to the banner) <= 0.5 s.
 """
@@ -33,7 +34,8 @@ sys.path.insert(0, str(HERE))
 
 from _common import REPO, build_c, median  # noqa: E402
 
-LOOPS = {"exec": 2000, "connect": 50000, "open": 200000, "openw": 200000, "connect0": 50000}  # the flood last
+LOOPS = {"exec": 2000, "connect": 50000, "open": 200000, "openw": 200000, "write": 400000,
+         "connect0": 50000}  # the flood last
 RATIO_TARGET, START_TARGET = 1.10, 0.5
 CONFIGS = ("built-in rules", "and 3 baits")
 
@@ -124,7 +126,7 @@ def main(argv=None) -> int:
                 f"{k} {bare[k][-1]:.0f}/" + "/".join(f"{traced[c][k][-1]:.0f}" for c in CONFIGS) + " ns"
                 for k in LOOPS), flush=True)
     print(f"\ndetect run vs bare, {args.runs} rounds; kernel {os.uname().release}; medians of rounds, ns per "
-          f"operation; the target is the built-in rules' (baits add the open/rename/unlink... tracepoints)")
+          f"operation; the target is the built-in rules' (baits add the open/rename/unlink/write... tracepoints)")
     print(f"  {'':8s} {'bare':>9s}  " + "  ".join(f"{c:>24s}" for c in CONFIGS))
     for kind in LOOPS:
         cells = []

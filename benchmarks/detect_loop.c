@@ -6,7 +6,9 @@
  *                           is an event the built-in rules want (and an alert, rate-limited)
  *   detect_loop open N      open() + close() of /etc/hostname
  *   detect_loop openw N F   open(F, O_WRONLY) + close(): an open that may change a file, which
- *                           the bait programs follow from its entry to its exit */
+ *                           the bait programs follow from its entry to its exit
+ *   detect_loop write N F   pwrite() of 64 bytes at F's start (opened once): each write the
+ *                           bait programs look up by its file */
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -31,8 +33,13 @@ int main(int argc, char **argv)
 	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(1)};
 	long long start;
 
-	if (argc < 2 || (!strcmp(argv[1], "openw") && argc < 4))
+	char block[64] = {0};
+	int wfd = -1;
+
+	if (argc < 2 || ((!strcmp(argv[1], "openw") || !strcmp(argv[1], "write")) && argc < 4))
 		return 2;
+	if (!strcmp(argv[1], "write") && (wfd = open(argv[3], O_WRONLY)) < 0)
+		return 1;
 	inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
 	start = now_ns();
 	for (long i = 0; i < n; i++) {
@@ -55,6 +62,9 @@ int main(int argc, char **argv)
 			close(s);
 		} else if (!strcmp(argv[1], "openw")) {
 			close(open(argv[3], O_WRONLY));
+		} else if (wfd >= 0) {
+			if (pwrite(wfd, block, sizeof(block), 0) != sizeof(block))
+				return 1;
 		} else {
 			close(open("/etc/hostname", O_RDONLY));
 		}

@@ -562,16 +562,24 @@ __noinline int watched_named(__u64 upath)
 	return entry ? (int)entry->id : -1;
 }
 
+/* ``call`` on entry ``id`` kills its caller: a bait, and the rules say so for that call. */
+static __always_inline bool kills(__u32 id, __u32 call)
+{
+	__u32 *entry_flags = bpf_map_lookup_elem(&watch_flags, &id);
+
+	return entry_flags && (*entry_flags & WATCH_BAIT) && (bait_kill & (1u << call));
+}
+
 /* Kill the caller if the entry is a bait and the rules say so for ``call``; report the call. */
 static __always_inline void file_touched(__u32 id, __u32 call, __s32 fd, __u32 flags, __u64 dev, __u64 ino,
 					 bool by_dir, const char *upath, const char *unewpath)
 {
-	__u32 *entry_flags = bpf_map_lookup_elem(&watch_flags, &id);
 	struct detect_event *ev;
 	bool killed = false;
 
-	if (entry_flags && (*entry_flags & WATCH_BAIT) && (bait_kill & (1u << call)))
-		killed = !bpf_send_signal(SIGKILL); /* delivered as the call returns: before any write */
+	if (kills(id, call))
+		/* delivered as the call returns; a write sees it pending and writes nothing */
+		killed = !bpf_send_signal(SIGKILL);
 	ev = new_event(DK_FILE);
 	if (!ev)
 		return;
@@ -619,6 +627,31 @@ static __always_inline struct detect_watch *watched_open_as(int fd, struct detec
 	return entry;
 }
 
+/* The watched files each process has been reported writing to (opened for writing, or a first
+ * write), so its further writes are not reported again. */
+struct written_key {
+	__u64 dev;
+	__u64 ino;
+	__u32 tgid;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 10240);
+	__type(key, struct written_key);
+	__type(value, __u8);
+} written SEC(".maps");
+
+/* True the first time the caller's process is seen writing the file ``key``. */
+static __always_inline bool first_write(const struct detect_watch_key *key)
+{
+	struct written_key w = {.dev = key->dev, .ino = key->ino, .tgid = bpf_get_current_pid_tgid() >> 32};
+	__u8 one = 1;
+
+	return !bpf_map_update_elem(&written, &w, &one, BPF_NOEXIST);
+}
+
 /* At an open's exit (where the file is known), from the arguments still in the saved user
  * registers: one program a call, no entry program and no map between them. */
 static __always_inline int open_done(struct trace_event_raw_sys_exit *ctx, __u32 call)
@@ -655,8 +688,11 @@ static __always_inline int open_done(struct trace_event_raw_sys_exit *ctx, __u32
 		return 0;
 	}
 	entry = watched_open_as((int)ret, &key, &by_dir);
-	if (entry)
-		file_touched(entry->id, call, (__s32)ret, (__u32)flags, key.dev, key.ino, by_dir, upath, NULL);
+	if (!entry)
+		return 0;
+	if (flags & O_ACCMODE)
+		first_write(&key); /* its writes through this fd are this report's */
+	file_touched(entry->id, call, (__s32)ret, (__u32)flags, key.dev, key.ino, by_dir, upath, NULL);
 	return 0;
 }
 
@@ -684,6 +720,34 @@ int detect_ftruncate(struct trace_event_raw_sys_enter *ctx)
 		file_touched(entry->id, FC_FTRUNCATE, (int)ctx->args[0], 0, key.dev, key.ino, by_dir, NULL, NULL);
 	return 0;
 }
+
+/* A write to a watched file through an fd detect did not see opened (opened before it started,
+ * or inherited): reported once per process and file, except that each write to a bait that
+ * kills does (a process is killed at its first). */
+static __always_inline int write_call(struct trace_event_raw_sys_enter *ctx, __u32 call)
+{
+	struct detect_watch_key key = {};
+	bool by_dir = false;
+	int fd = (int)ctx->args[0];
+	struct detect_watch *entry = watched_open_as(fd, &key, &by_dir);
+
+	if (entry && (kills(entry->id, call) || first_write(&key)))
+		file_touched(entry->id, call, fd, 0, key.dev, key.ino, by_dir, NULL, NULL);
+	return 0;
+}
+
+#define WRITE_CALL(name, call)                                               \
+	SEC("tp/syscalls/sys_enter_" #name)                                  \
+	int detect_##name(struct trace_event_raw_sys_enter *ctx)             \
+	{                                                                    \
+		return write_call(ctx, call);                                \
+	}
+
+WRITE_CALL(write, FC_WRITE)
+WRITE_CALL(pwrite64, FC_PWRITE64)
+WRITE_CALL(writev, FC_WRITEV)
+WRITE_CALL(pwritev, FC_PWRITEV)
+WRITE_CALL(pwritev2, FC_PWRITEV2)
 
 /* The calls that name a path, not an open file: matched by the watched file's name. */
 static __always_inline int named(const char *upath, const char *unewpath, __u32 call)

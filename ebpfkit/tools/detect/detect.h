@@ -47,6 +47,11 @@ enum detect_file_call {
 	FC_RENAMEAT2 = 9,
 	FC_UNLINK = 10,
 	FC_UNLINKAT = 11,
+	FC_WRITE = 12,    /* the writes: through an fd opened before detect saw it (the first a */
+	FC_PWRITE64 = 13, /* process makes to each watched file; one that detect saw opened for */
+	FC_WRITEV = 14,   /* writing was reported then) */
+	FC_PWRITEV = 15,
+	FC_PWRITEV2 = 16,
 };
 
 /* A watched file, in the kernel: by (device, inode) for the calls that give an open file (open,

@@ -19,7 +19,8 @@ EXEC, CONNECT, DUP, FILE, SYSCALL = 1, 2, 3, 4, 5  # detect.h's enum detect_kind
 FD_KINDS = ("none", "file", "ipv4", "ipv6", "unix", "socket", "pipe", "char", "fifo")  # enum detect_fd_kind
 DUP_CALLS = {1: "dup", 2: "dup2", 3: "dup3", 4: "fcntl"}                      # enum detect_dup_call
 FILE_CALLS = {1: "open", 2: "openat", 3: "openat2", 4: "creat", 5: "truncate", 6: "ftruncate",  # enum
-              7: "rename", 8: "renameat", 9: "renameat2", 10: "unlink", 11: "unlinkat"}       # detect_file_call
+              7: "rename", 8: "renameat", 9: "renameat2", 10: "unlink", 11: "unlinkat",       # detect_file_call
+              12: "write", 13: "pwrite64", 14: "writev", 15: "pwritev", 16: "pwritev2"}
 SYS_CALLS = {1: "setuid", 2: "setreuid", 3: "setresuid", 4: "capset", 5: "ptrace", 6: "init_module",  # enum
              7: "finit_module", 8: "bpf", 9: "mount", 10: "fsopen"}                                # detect_sys_call
 FSTYPE_AT, SOURCE_AT = 0, 128   # DETECT_FSTYPE_AT, DETECT_SOURCE_AT

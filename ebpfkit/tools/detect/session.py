@@ -42,7 +42,7 @@ BUILTIN_RULES = os.path.join(os.path.dirname(__file__), "builtin_rules.yaml")
 HOOK = ("raw tracepoint sched_process_exec, syscall tracepoints connect/dup/dup2/dup3/fcntl, "
         "setuid/setreuid/setresuid/capset, ptrace, init_module/finit_module, bpf, mount/fsopen")
 FILE_HOOK = ("and, for watched files (baits, paths rules name), the exits of open/openat/openat2/creat, "
-             "ftruncate, truncate, rename*, unlink*")
+             "ftruncate, truncate, rename*, unlink*, write/pwrite64/writev/pwritev/pwritev2")
 WATCH_MAX = 4096  # DETECT_WATCH_MAX
 LOST_RULE = "Events lost"
 THROTTLED_RULE = "Events throttled"
@@ -52,7 +52,8 @@ FILE_PROGRAMS = {"open": ("detect_open_exit",), "openat": ("detect_openat_exit",
                  "openat2": ("detect_openat2_exit",), "creat": ("detect_creat_exit",),
                  "truncate": ("detect_truncate",), "ftruncate": ("detect_ftruncate",), "rename": ("detect_rename",),
                  "renameat": ("detect_renameat",), "renameat2": ("detect_renameat2",), "unlink": ("detect_unlink",),
-                 "unlinkat": ("detect_unlinkat",)}
+                 "unlinkat": ("detect_unlinkat",), "write": ("detect_write",), "pwrite64": ("detect_pwrite64",),
+                 "writev": ("detect_writev",), "pwritev": ("detect_pwritev",), "pwritev2": ("detect_pwritev2",)}
 WATCHED_CALLS = ("setuid", "setreuid", "setresuid", "capset", "ptrace", "init_module", "finit_module", "bpf",
                  "mount", "fsopen")
 

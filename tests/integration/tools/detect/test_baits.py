@@ -155,6 +155,74 @@ def test_ftruncate_through_an_fd_opened_before_the_session(tmp_path):
     assert bait.exists(), "an adopted bait stays when the session ends"
 
 
+WRITES = {  # a write through an fd opened before the session: the call, and Python making it
+    "write": "os.write(fd, b'locked')",
+    "pwrite64": "os.pwrite(fd, b'locked', 0)",
+    "writev": "os.writev(fd, [b'loc', b'ked'])",
+    # glibc's pwritev() makes pwritev2: pwritev(2) by its x86_64 number, an iovec built by hand
+    "pwritev": "import ctypes; b = ctypes.create_string_buffer(b'locked'); "
+               "iov = (ctypes.c_void_p * 2)(ctypes.addressof(b), 6); ctypes.CDLL(None).syscall(296, fd, iov, 1, 0, 0)",
+    "pwritev2": "os.pwritev(fd, [b'loc', b'ked'], 0, os.RWF_DSYNC)",
+}
+
+
+def holding_open(bait: Path, code: str) -> subprocess.Popen:
+    """A process that opens ``bait`` read-write, says so, and runs ``code`` (fd: the bait's fd)
+    when told on its stdin."""
+    holder = subprocess.Popen([sys.executable, "-c", f"import os, sys; fd = os.open({str(bait)!r}, os.O_RDWR); "
+                               f"print('open', flush=True); sys.stdin.readline(); {code}"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline() == "open\n"
+    return holder
+
+
+@pytest.mark.parametrize("call", list(WRITES))
+def test_a_write_through_an_fd_opened_before_the_session_kills_and_writes_nothing(tmp_path, call):
+    if call == "pwritev" and os.uname().machine != "x86_64":
+        pytest.skip("pwritev(2) by its x86_64 number")
+    bait = tmp_path / BAIT_NAME
+    bait.write_bytes(b"x" * 1000)
+    rules = tmp_path / "baits.yaml"
+    rules.write_text(f'- bait: one\n  paths: ["{bait}"]\n  plant: false\n')
+    holder = holding_open(bait, WRITES[call])
+    try:
+        with detect.open(rules=(str(rules),)) as session:
+            holder.stdin.write("go\n")
+            holder.stdin.flush()
+            holder.wait(timeout=30)
+            alerts = alerts_within(session, 1.0, BAIT_RULE)
+    finally:
+        holder.kill()
+    assert holder.returncode == -signal.SIGKILL
+    assert [(a.event["evt.type"], a.event["evt.killed"]) for a in alerts] == [(call, "true")]
+    assert bait.read_bytes() == b"x" * 1000, "the write was made"
+
+
+def test_writes_are_reported_once_per_process_and_file(tmp_path):
+    """With action alert: a process writing 5 times through an fd opened before the session is
+    one alert (its first write); one that opens the bait for writing under the session, then
+    writes, is one alert (the open)."""
+    bait = tmp_path / BAIT_NAME
+    bait.write_bytes(b"x" * 1000)
+    rules = tmp_path / "baits.yaml"
+    rules.write_text(f'- bait: one\n  paths: ["{bait}"]\n  plant: false\n')
+    holder = holding_open(bait, "[os.write(fd, b'y') for _ in range(5)]")
+    try:
+        with detect.open(rules=(str(rules),), action="alert") as session:
+            holder.stdin.write("go\n")
+            holder.stdin.flush()
+            holder.wait(timeout=30)
+            opener = subprocess.Popen([sys.executable, "-c", f"f = open({str(bait)!r}, 'ab')\n"
+                                       "for _ in range(5): f.write(b'z'); f.flush()"])
+            opener.wait(timeout=30)
+            alerts = alerts_within(session, 1.0, BAIT_RULE)
+    finally:
+        holder.kill()
+    assert holder.returncode == 0 and opener.returncode == 0
+    assert [(a.pid, a.event["evt.type"]) for a in alerts] == [(holder.pid, "write"), (opener.pid, "openat")]
+    assert bait.read_bytes() == b"y" * 5 + b"x" * 995 + b"z" * 5  # at its start, and appended
+
+
 def test_reading_a_bait_raises_nothing(tmp_path):
     bait = tmp_path / BAIT_NAME
     rules = tmp_path / "baits.yaml"
