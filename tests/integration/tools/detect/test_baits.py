@@ -1,7 +1,8 @@
 """detect's bait files against the real kernel: a ransomware simulator walking a directory the
 test fills must be killed at the first bait it reaches, having touched at most one real file;
 every call that changes a bait (open for writing, creat, truncate, ftruncate, rename from and
-onto it, unlink) kills its caller before the call returns, and reading one does nothing."""
+onto it, unlink, and the writes through an fd opened before detect started) kills its caller
+before the call returns, and reading one does nothing."""
 
 from __future__ import annotations
 
@@ -132,40 +133,6 @@ def test_each_call_that_changes_a_bait_kills_its_caller(tmp_path, call):
     assert [(a.event["evt.type"], a.event["evt.killed"]) for a in alerts] == [(evt_type, "true")]
 
 
-def test_ftruncate_through_an_fd_opened_before_the_session(tmp_path):
-    bait = tmp_path / BAIT_NAME
-    bait.write_bytes(b"x" * 1000)
-    rules = tmp_path / "baits.yaml"
-    rules.write_text(f'- bait: one\n  paths: ["{bait}"]\n  plant: false\n')
-    holder = subprocess.Popen([sys.executable, "-c", f"import os, sys; fd = os.open({str(bait)!r}, os.O_RDWR); "
-                               "print('open', flush=True); sys.stdin.readline(); os.ftruncate(fd, 0)"],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline() == "open\n"
-        with detect.open(rules=(str(rules),)) as session:
-            assert [b.planted for b in session.baits] == [False]
-            holder.stdin.write("go\n")
-            holder.stdin.flush()
-            holder.wait(timeout=30)
-            alerts = alerts_within(session, 1.0, BAIT_RULE)
-    finally:
-        holder.kill()
-    assert holder.returncode == -signal.SIGKILL
-    assert [a.event["evt.type"] for a in alerts] == ["ftruncate"]
-    assert bait.exists(), "an adopted bait stays when the session ends"
-
-
-WRITES = {  # a write through an fd opened before the session: the call, and Python making it
-    "write": "os.write(fd, b'locked')",
-    "pwrite64": "os.pwrite(fd, b'locked', 0)",
-    "writev": "os.writev(fd, [b'loc', b'ked'])",
-    # glibc's pwritev() makes pwritev2: pwritev(2) by its x86_64 number, an iovec built by hand
-    "pwritev": "import ctypes; b = ctypes.create_string_buffer(b'locked'); "
-               "iov = (ctypes.c_void_p * 2)(ctypes.addressof(b), 6); ctypes.CDLL(None).syscall(296, fd, iov, 1, 0, 0)",
-    "pwritev2": "os.pwritev(fd, [b'loc', b'ked'], 0, os.RWF_DSYNC)",
-}
-
-
 def holding_open(bait: Path, code: str) -> subprocess.Popen:
     """A process that opens ``bait`` read-write, says so, and runs ``code`` (fd: the bait's fd)
     when told on its stdin."""
@@ -176,17 +143,34 @@ def holding_open(bait: Path, code: str) -> subprocess.Popen:
     return holder
 
 
-@pytest.mark.parametrize("call", list(WRITES))
-def test_a_write_through_an_fd_opened_before_the_session_kills_and_writes_nothing(tmp_path, call):
+BEFORE_SESSION = {  # a call through an fd opened before the session, by Python: the code, and
+    # whether the bait keeps its bytes (a write sees the pending SIGKILL and writes nothing;
+    # ftruncate is made, then its caller dies)
+    "ftruncate": ("os.ftruncate(fd, 0)", False),
+    "write": ("os.write(fd, b'locked')", True),
+    "pwrite64": ("os.pwrite(fd, b'locked', 0)", True),
+    "writev": ("os.writev(fd, [b'loc', b'ked'])", True),
+    # glibc's pwritev() makes pwritev2: pwritev(2) by its x86_64 number, an iovec built by hand
+    "pwritev": ("import ctypes; b = ctypes.create_string_buffer(b'locked'); "
+                "iov = (ctypes.c_void_p * 2)(ctypes.addressof(b), 6); ctypes.CDLL(None).syscall(296, fd, iov, 1, 0, 0)",
+                True),
+    "pwritev2": ("os.pwritev(fd, [b'loc', b'ked'], 0, os.RWF_DSYNC)", True),
+}
+
+
+@pytest.mark.parametrize("call", list(BEFORE_SESSION))
+def test_a_call_through_an_fd_opened_before_the_session_kills(tmp_path, call):
     if call == "pwritev" and os.uname().machine != "x86_64":
         pytest.skip("pwritev(2) by its x86_64 number")
+    code, intact = BEFORE_SESSION[call]
     bait = tmp_path / BAIT_NAME
     bait.write_bytes(b"x" * 1000)
     rules = tmp_path / "baits.yaml"
     rules.write_text(f'- bait: one\n  paths: ["{bait}"]\n  plant: false\n')
-    holder = holding_open(bait, WRITES[call])
+    holder = holding_open(bait, code)
     try:
         with detect.open(rules=(str(rules),)) as session:
+            assert [b.planted for b in session.baits] == [False]
             holder.stdin.write("go\n")
             holder.stdin.flush()
             holder.wait(timeout=30)
@@ -195,7 +179,8 @@ def test_a_write_through_an_fd_opened_before_the_session_kills_and_writes_nothin
         holder.kill()
     assert holder.returncode == -signal.SIGKILL
     assert [(a.event["evt.type"], a.event["evt.killed"]) for a in alerts] == [(call, "true")]
-    assert bait.read_bytes() == b"x" * 1000, "the write was made"
+    assert bait.exists(), "an adopted bait stays when the session ends"
+    assert (bait.read_bytes() == b"x" * 1000) == intact, bait.read_bytes()[:20]
 
 
 def test_writes_are_reported_once_per_process_and_file(tmp_path):
