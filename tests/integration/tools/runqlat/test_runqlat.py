@@ -12,6 +12,7 @@ import io
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -19,7 +20,7 @@ import time
 import pytest
 
 from helpers import (CPU, SPIN_SECONDS, SPINNER, RunningTool, Spinners, Truth, ek, same_config_error, schedstat,
-                     spin_two_on_one_cpu, traced_while, wait_for, wait_moved_between_cpus)
+                     signalled_run_leaves_nothing, spin_two_on_one_cpu, traced_while, wait_for, wait_moved_between_cpus)
 from outputs import logged
 
 pytestmark = [
@@ -198,6 +199,11 @@ def test_a_wait_moved_to_another_cpu_counts_from_its_first_queue():
     long_waits = [b for b in hist.buckets() if b["count"] and b["low"] >= 32768]
     assert len(long_waits) == 1 and long_waits[0]["count"] == 1, (hist.buckets(), truth_us)
     assert long_waits[0]["low"] <= truth_us <= long_waits[0]["high"], (long_waits, truth_us, until_moved_us)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
+def test_a_signal_leaves_nothing_attached(sig):
+    signalled_run_leaves_nothing(["runqlat", "--by", "cgroup", "1"], sig)
 
 
 def test_a_bad_value_is_the_same_error_from_cli_yaml_and_notebook():
