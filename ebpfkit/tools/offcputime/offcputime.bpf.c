@@ -2,7 +2,8 @@
 /* Off-CPU time by thread and stack: at sched_switch the task leaving the CPU has its kernel
  * and user stacks recorded (it is the current task, so bpf_get_stackid sees its stacks, and
  * the tracepoint's own frames sit below __schedule); when it is switched in again, the time
- * it was away is added to the account of (pid, tid, comm, user stack, kernel stack).
+ * it was away is added to the account of (pid, tid, user stack, kernel stack), which keeps the
+ * thread's name from when it was made.
  * Modelled on libbpf-tools' offcputime. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -69,7 +70,6 @@ static __always_inline void switched_out(void *ctx, struct task_struct *prev, bo
 	l->key.tid = EK_TASK_FIELD(typed, prev, pid);
 	l->key.user_stack_id = targ_user ? bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK) : -1;
 	l->key.kernel_stack_id = targ_kernel ? bpf_get_stackid(ctx, &stacks, 0) : -1;
-	bpf_get_current_comm(&l->key.comm, sizeof(l->key.comm));
 	l->since = bpf_ktime_get_ns();
 }
 
@@ -90,6 +90,8 @@ static __always_inline void switched_in(struct task_struct *next, bool typed)
 	if (!val) {
 		struct offcpu_val first = {.total_ns = delta, .count = 1};
 
+		/* the name only once per account, not at each switch */
+		BPF_CORE_READ_STR_INTO(&first.comm, next, comm);
 		/* another CPU may make the same key at the same time: then add to that one */
 		if (!bpf_map_update_elem(&offcpu, &l->key, &first, BPF_NOEXIST))
 			return;

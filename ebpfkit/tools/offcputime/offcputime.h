@@ -12,12 +12,12 @@ struct offcpu_key {
 	__u32 tid;
 	__s32 user_stack_id;
 	__s32 kernel_stack_id;
-	char comm[TASK_COMM_LEN];
 };
 
 struct offcpu_val {
 	__u64 total_ns; /* time off the CPU, summed */
 	__u64 count;    /* times it left the CPU so */
+	char comm[TASK_COMM_LEN]; /* the thread's name when this account was made */
 };
 
 #endif

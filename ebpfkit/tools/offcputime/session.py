@@ -125,7 +125,7 @@ class Session(ToolSession):
         self._obj.close()
 
     def _entry(self, key, value) -> OffCpu:
-        return OffCpu(pid=key.pid, tid=key.tid, comm=key.comm, count=value.count,
+        return OffCpu(pid=key.pid, tid=key.tid, comm=value.comm, count=value.count,
                       total_us=value.total_ns // 1000,
                       user_stack=self._frames(key.user_stack_id, key.pid, self.config.user_stacks),
                       kernel_stack=self._frames(key.kernel_stack_id, None, self.config.kernel_stacks))
