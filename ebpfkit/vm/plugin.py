@@ -18,6 +18,7 @@ on a shared directory (see ``results``) and are replayed in the host's session: 
 (with the assertion text), skip, captured output and durations as if they ran locally.
 A test still running when the guest timed out fails with the console's tail; after a panic the
 unfinished tests get one more boot (the oops printed), and a second panic fails the test it hit.
+A guest CPU stuck in the kernel (a soft lockup) is a panic too (``softlockup_panic=1``).
 
 Inside the VM (``ebpfkit vm run -- pytest ...`` works too) marked tests simply run;
 one needing ``lsm=True`` is skipped where BPF-LSM is not active, one wanting another kernel

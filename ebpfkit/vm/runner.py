@@ -311,7 +311,10 @@ def _vng_argv(vng: str, spec: VMSpec, accel: str, rundir: str, script: str, cach
     # the host's root a second time, read-only, for the cached view (_cached_view_lines)
     qemu_opts += (f" -fsdev local,id=ebpfkithost,path=/,security_model=none,readonly=on,multidevs=remap"
                   f" -device virtio-9p-pci,fsdev=ebpfkithost,mount_tag={CACHED_VIEW_TAG}")
-    kopts = ["console=hvc0", "loglevel=5", GUEST_MARK]
+    # softlockup_panic: under TCG a guest CPU once stopped answering IPIs, and the CPU patching a
+    # tracepoint's static call waited for it for good; a panic ends such a run at the first
+    # soft-lockup report, as a panic the caller knows (the test plugin boots again for the rest)
+    kopts = ["console=hvc0", "loglevel=5", "softlockup_panic=1", GUEST_MARK]
     if spec.lsm:
         kopts.append(f"lsm={spec.kernel.lsm_list()}")
     kopts += spec.append

@@ -85,6 +85,7 @@ def test_vng_command_line():
     assert "--disable-kvm" in argv and "--force-9p" in argv and "--memory=1G" in argv and "--cpus=2" in argv
     append = next(a for a in argv if a.startswith("--append="))
     assert runner.GUEST_MARK in append and "console=hvc0" in append and f"lsm={kernels.FALLBACK_LSMS}" in append
+    assert "softlockup_panic=1" in append.split()  # a wedged guest ends as a panic, not at the timeout
     assert "--rwdir=/tmp/r" in argv and "--rodir=/run/ebpfkit-vm/host-cache=/var/cache/ebpfkit" in argv
     assert argv[-1] == "--exec=sh /tmp/r/guest.sh"
     kvm = runner._vng_argv("/v/vng", _spec(), "kvm", "/tmp/r", "/tmp/r/guest.sh", None)
