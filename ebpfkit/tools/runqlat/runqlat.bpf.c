@@ -70,10 +70,12 @@ static __always_inline int switched(struct task_struct *next, bool typed)
 	delta = in_queue; /* all that is known the first time it is seen */
 	last = last_runs_of(next, true, typed);
 	if (last) {
-		if (last->pcount == EK_TASK_FIELD(typed, next, sched_info.pcount))
+		__u64 pcount = EK_TASK_FIELD(typed, next, sched_info.pcount);
+
+		if (last->pcount == pcount)
 			delta = run_delay - last->run_delay;
 		last->run_delay = run_delay;
-		last->pcount = EK_TASK_FIELD(typed, next, sched_info.pcount) + 1; /* once arrived */
+		last->pcount = pcount + 1; /* once arrived */
 	}
 	if ((__s64)delta < 0)
 		return 0;
