@@ -30,14 +30,11 @@ import functools
 import os
 import struct
 import sys
-import tempfile
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..errors import EbpfkitError, NotSupportedError, PermissionDeniedError
-from ..sysinfo.cgroups import cgroup2_mount
-from ..sysinfo.mounts import MountTable
 from . import _libbpf as L
 from . import mounts, perf
 from .btf import BTF_ENV, BTF_SOURCES_HINT, KERNEL_BTF, check_btf_file, kernel_btf_exposed, user_btf_path
@@ -353,12 +350,16 @@ def libbpf_version() -> str:
 
 def mounted_bpffs() -> str | None:
     """Where bpffs is mounted (preferring /sys/fs/bpf), or None. Not cached: mounts change."""
+    from ..sysinfo.mounts import MountTable  # the mount table: only for the probes that need it
+
     points = MountTable().points("bpf")
     return mounts.BPFFS if mounts.BPFFS in points else (points[0] if points else None)
 
 
 def mounted_tracefs() -> str | None:
     """The tracing directory if tracefs (or debugfs/tracing) is mounted, else None."""
+    from ..sysinfo.mounts import MountTable
+
     points = MountTable().points("tracefs")
     if mounts.TRACEFS in points:
         return mounts.TRACEFS
@@ -388,6 +389,10 @@ def _filesystem_known(fstype: str) -> bool:
 def _securityfs() -> dict:
     """The 'lockdown' and 'lsm' files of securityfs, mounting it on a private temporary
     directory for the read if it is not mounted (and unmounting it again)."""
+    import tempfile
+
+    from ..sysinfo.mounts import MountTable
+
     points = MountTable().points("securityfs")
     if points:
         return _read_security_files(points[0])
@@ -1080,6 +1085,8 @@ def _cgroup_attach(cgfd: int, prog_type: ProgType, attach_type: AttachType, ret:
 
 @functools.cache
 def _cgroup_group() -> dict:
+    from ..sysinfo.cgroups import cgroup2_mount
+
     root = cgroup2_mount()
     if root is None:
         return {"__error__": _Failed("find", 0, reason="no cgroup v2 mounted")}

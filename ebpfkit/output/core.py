@@ -3,7 +3,6 @@ messages on stderr), honouring --format table|json|csv, --no-color and -T."""
 
 from __future__ import annotations
 
-import csv
 import sys
 from dataclasses import replace
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -255,6 +254,8 @@ class Output:
         self._csv_rows(header, rows)
 
     def _csv_rows(self, header: list[str], rows: Iterable[Sequence]) -> None:
+        import csv  # only -o csv needs it
+
         stream = self.stream
         writer = csv.writer(stream, lineterminator="\n")
         if header != self._csv_header:  # once per stream; again only if the columns change

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import enum
-import json
 from datetime import datetime
 
 
@@ -41,6 +40,8 @@ def plain(value):
 
 
 def to_json(obj) -> str:
+    import json  # only JSON output and --log need it: not at every tool's start
+
     return json.dumps(obj, default=plain, ensure_ascii=False)
 
 
