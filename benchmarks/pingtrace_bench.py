@@ -11,6 +11,10 @@
    bare and with `ebpfkit pingtrace` attached and probing (1 a second), paired per round
    (target: >= 0.97x bare). Every packet of the stream passes four of pingtrace's hooks (queue,
    xmit, backlog, receive) and is read and rejected by each.
+   The floor: ping again, with a program that only reads the clock on each of pingtrace's
+   hooks (tp_btf: device queue, qdisc enqueue and dequeue, driver xmit, netif_rx, receive,
+   the copy to the reader, the reader's wakeup, drops): what the hooks alone add to a packet
+   on this path, the least any per-stage tracer using them adds, as a ratio to bare ping.
 3. A 1 ms spike at one hop: a tc program on the server's veth holds echo requests for 1 ms
    during 50 ms, while pingtrace probes at 1000 a second with `-m 500`: detected if the probes
    it prints name that hop's stage as the slowest, at >= 0.9 ms.
@@ -23,6 +27,7 @@ import json
 import os
 import re
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -77,6 +82,36 @@ char LICENSE[] SEC("license") = "GPL";
 """
 
 
+FLOOR_PROGRAM = r"""
+/* pingtrace_bench's floor: on each of pingtrace's hooks, only a clock read (kept in a global). */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+
+volatile __u64 last_ns;
+
+#define STAMP(name, hook)                              \
+	SEC("tp_btf/" #hook)                           \
+	int BPF_PROG(name)                             \
+	{                                              \
+		last_ns = bpf_ktime_get_ns();          \
+		return 0;                              \
+	}
+
+STAMP(floor_dev_queue, net_dev_queue)
+STAMP(floor_qdisc_enqueue, qdisc_enqueue)
+STAMP(floor_qdisc_dequeue, qdisc_dequeue)
+STAMP(floor_xmit, net_dev_start_xmit)
+STAMP(floor_netif_rx, netif_rx)
+STAMP(floor_receive, netif_receive_skb)
+STAMP(floor_copy, skb_copy_datagram_iovec)
+STAMP(floor_waking, sched_waking)
+STAMP(floor_drop, kfree_skb)
+
+char LICENSE[] SEC("license") = "GPL";
+"""
+
+
 def in_ns(ns: str, argv: list) -> list:
     return ["ip", "netns", "exec", ns, *argv]
 
@@ -95,6 +130,39 @@ def pingtrace_rtts(client: str, address: str, count: int) -> list[float]:
         return [p.rtt_us for p in session.probes() if not p.lost]
 
 
+def python_send_rtts(client: str, address: str, count: int) -> list[float]:
+    """No BPF at all: pingtrace's request, sent from a Python loop at 1000/s on a raw socket in
+    the client namespace, its RTT taken as ping takes its own (clock read before sendto(), the
+    kernel's receive stamp of the reply, SO_TIMESTAMPNS), µs: what a probe sent from Python
+    costs before any checkpoint, and with the floor programs attached, what the hooks add."""
+    import select
+    import socket
+
+    from ebpfkit.net.netns import in_netns
+    from ebpfkit.tools.pingtrace import wire
+
+    sock = in_netns(client, lambda: socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP))
+    sock.setsockopt(socket.SOL_SOCKET, 35, 1)  # SO_TIMESTAMPNS (Python names only SO_TIMESTAMP)
+    rtts, session = [], 0x5eed
+    try:
+        for seq in range(count):
+            message = wire.request(0x4242, session, seq)
+            sent = time.time_ns()
+            sock.sendto(message, (address, 0))
+            deadline = time.monotonic() + 1
+            while time.monotonic() < deadline and select.select([sock], [], [], 1)[0]:
+                data, ancillary, _flags, _addr = sock.recvmsg(65535, 64)
+                probe = wire.parse(data)
+                if probe.icmp_type == wire.ICMP_ECHO_REPLY and probe.seq == seq and probe.session == session:
+                    sec, nsec = struct.unpack("qq", ancillary[0][2][:16])
+                    rtts.append((sec * 10**9 + nsec - sent) / 1000)
+                    break
+            time.sleep(0.001)
+    finally:
+        sock.close()
+    return rtts
+
+
 def iperf3_bps(client: str, server: str, address: str, seconds: int = 3) -> float:
     port = "5301"
     srv = subprocess.Popen(in_ns(server, ["iperf3", "-s", "-1", "-p", port]), stdout=subprocess.DEVNULL,
@@ -107,6 +175,27 @@ def iperf3_bps(client: str, server: str, address: str, seconds: int = 3) -> floa
     finally:
         srv.kill()
         srv.wait()
+
+
+class Floor:
+    """FLOOR_PROGRAM loaded and attached (system-wide, as pingtrace's hooks are)."""
+
+    def __init__(self, workdir: Path):
+        from ebpfkit.engine import compile as compile_bpf
+
+        self.source = workdir / "floor.bpf.c"
+        self.source.write_text(FLOOR_PROGRAM)
+        compile_bpf(str(self.source))  # compiled (and cached) once, before any round
+
+    def __enter__(self):
+        from ebpfkit.engine import compile as compile_bpf
+
+        self.obj = compile_bpf(str(self.source)).load()
+        self.obj.attach()
+        return self
+
+    def __exit__(self, *exc):
+        self.obj.close()
 
 
 class PingtraceRunning:
@@ -169,18 +258,24 @@ def main(argv=None) -> int:
     from ebpfkit.net.veth import create_veth
 
     started = time.monotonic()
-    ping, trace, bare_bps, traced_bps = [], [], [], []
+    ping, trace, py_send, floor, bare_bps, traced_bps = [], [], [], [], [], []
     with NetNS("ptbench-client") as client, NetNS("ptbench-server") as server, \
             tempfile.TemporaryDirectory(prefix="ebpfkit-pingtrace-bench-") as tmp:
         pair = create_veth(client, server, addresses=("10.199.9.1/24", "10.199.9.2/24"))
         address = pair.b.address
         ping_rtts(client.name, address, 50)  # warm: neighbours resolved, caches hot
         pingtrace_rtts(client.name, address, 50)
+        floor_hooks = Floor(Path(tmp))
+
+        def floor_rtts(client_name, addr, count):
+            with floor_hooks:
+                return python_send_rtts(client_name, addr, count)
+
+        ways = {ping_rtts: ping, pingtrace_rtts: trace, python_send_rtts: py_send, floor_rtts: floor}
         for run in range(args.runs):
-            order = (ping_rtts, pingtrace_rtts) if run % 2 == 0 else (pingtrace_rtts, ping_rtts)
+            order = list(ways)[run % len(ways):] + list(ways)[:run % len(ways)]
             for fn in order:
-                rtts = fn(client.name, address, args.probes)
-                (ping if fn is ping_rtts else trace).append(statistics.median(rtts))
+                ways[fn].append(statistics.median(fn(client.name, address, args.probes)))
             bare = iperf3_bps(client.name, server.name, address)
             tool = PingtraceRunning(client.name, address)
             try:
@@ -190,7 +285,8 @@ def main(argv=None) -> int:
             bare_bps.append(bare)
             traced_bps.append(traced)
             print(f"round {run + 1}/{args.runs} ({time.monotonic() - started:.0f} s): RTT p50 ping {ping[-1]:.1f} us, "
-                  f"pingtrace {trace[-1]:.1f} us; iperf3 bare {bare / 1e9:.2f} Gbit/s, with pingtrace "
+                  f"pingtrace {trace[-1]:.1f} us, Python sender {py_send[-1]:.2f} us, with the floor programs "
+                  f"{floor[-1]:.2f} us; iperf3 bare {bare / 1e9:.2f} Gbit/s, with pingtrace "
                   f"{traced / 1e9:.2f}", file=sys.stderr, flush=True)
         spiked = spike(client.name, server.name, address, pair.b.ifindex, Path(tmp))
 
@@ -201,6 +297,11 @@ def main(argv=None) -> int:
     print(f"RTT p50 (median of rounds, {args.probes} each at 1000/s): ping {median(ping):.1f} us, pingtrace "
           f"{median(trace):.1f} us: {rtt_ratio:.2f}x (target <= {RTT_TARGET}x: "
           f"{'PASS' if rtt_ratio <= RTT_TARGET else 'FAIL'})")
+    print(f"pingtrace's request from a Python loop, no BPF: {median(py_send):.2f} us, "
+          f"{median(py_send) / median(ping):.2f}x ping (what sending from Python costs)")
+    print(f"floor: the same with a clock read on each of pingtrace's hooks: {median(floor):.2f} us, "
+          f"{median(floor) / median(ping):.2f}x ping, +{median(floor) - median(py_send):.2f} us (what the hooks alone "
+          f"add; the least any per-stage tracer of a Python-sent probe costs)")
     print(f"iperf3 TCP: bare {median(bare_bps) / 1e9:.2f} Gbit/s, with pingtrace attached {median(traced_bps) / 1e9:.2f}"
           f" Gbit/s; paired ratio {bps_ratio:.3f} (target >= {THROUGHPUT_TARGET}: "
           f"{'PASS' if bps_ratio >= THROUGHPUT_TARGET else 'FAIL'})")
