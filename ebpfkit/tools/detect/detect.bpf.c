@@ -511,6 +511,15 @@ struct {
 	__type(value, __u32); /* enum detect_watch_flags */
 } watch_flags SEC(".maps");
 
+/* The watched directories by name (their last DETECT_NAME_LEN - 1 bytes), for a rename into
+ * one: the kernel sees only the new path's text there. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, DETECT_WATCH_MAX);
+	__type(key, char[DETECT_NAME_LEN]);
+	__type(value, struct detect_watch);
+} watch_dir_names SEC(".maps");
+
 struct name_scratch {
 	char path[DETECT_PATH_LEN];
 	char name[DETECT_NAME_LEN];
@@ -562,6 +571,97 @@ __noinline int watched_named(__u64 upath)
 	return entry ? (int)entry->id : -1;
 }
 
+/* The (dev, ino) of the directory a *at() call's dirfd names (AT_FDCWD: the working one). */
+static __always_inline bool dir_key_at(int dirfd, struct detect_watch_key *key)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct dentry *dir = NULL;
+	struct fdtable *fdt;
+	struct file *f = NULL;
+
+	if (dirfd == DETECT_AT_FDCWD) {
+		dir = BPF_CORE_READ(task, fs, pwd.dentry);
+	} else {
+		fdt = task->files->fdt;
+		if (!fdt || dirfd < 0 || dirfd >= fdt->max_fds || bpf_probe_read_kernel(&f, sizeof(f), &fdt->fd[dirfd]) || !f)
+			return false;
+		dir = BPF_CORE_READ(f, f_path.dentry);
+	}
+	if (!dir)
+		return false;
+	key->dev = BPF_CORE_READ(dir, d_sb, s_dev);
+	key->ino = BPF_CORE_READ(dir, d_inode, i_ino);
+	return true;
+}
+
+/* The watched directory an fd or the working directory (dirfd AT_FDCWD) is, or -1. */
+static __always_inline int watched_dir_at(int dirfd)
+{
+	struct detect_watch_key key = {};
+	struct detect_watch *entry;
+	__u32 *entry_flags;
+
+	if (!dir_key_at(dirfd, &key))
+		return -1;
+	entry = bpf_map_lookup_elem(&watch_keys, &key);
+	if (!entry)
+		return -1;
+	entry_flags = bpf_map_lookup_elem(&watch_flags, &entry->id);
+	return entry_flags && (*entry_flags & WATCH_DIR) ? (int)entry->id : -1;
+}
+
+/* Where a rename's new path ``upath`` (relative to ``dirfd``) puts the file: the watched
+ * directory it may be in (its id), DETECT_WATCH_UNRESOLVED when the kernel cannot tell (a parent
+ * named "." or ".."), or -1. A name alone is in dirfd's directory (exact, by inode); a path's
+ * parent is matched by its name, which user space confirms against the directory's inode. A
+ * global function, verified once. */
+__noinline int watched_parent(__u64 upath, int dirfd)
+{
+	__u32 zero = 0;
+	struct name_scratch *s = bpf_map_lookup_elem(&name_scratch, &zero);
+	struct detect_watch *entry;
+	int last = -1, start = 0, i;
+	long n, len;
+
+	if (!s || !upath)
+		return -1;
+	n = bpf_probe_read_user_str(s->path, sizeof(s->path), (const void *)upath);
+	if (n <= 1)
+		return -1;
+	for (int k = 0; k < DETECT_NAME_LEN; k++) { /* the last '/', as watched_named finds it */
+		i = n - 2 - k;
+		if (i < 0)
+			break;
+		if (s->path[i & (DETECT_PATH_LEN - 1)] == '/') {
+			last = i;
+			break;
+		}
+	}
+	if (last < 0)
+		/* a name: in dirfd's directory; or a path too long to see its parent from here */
+		return n - 1 < DETECT_NAME_LEN ? watched_dir_at(dirfd) : DETECT_WATCH_UNRESOLVED;
+	start = last - (DETECT_NAME_LEN - 1) > 0 ? last - (DETECT_NAME_LEN - 1) : 0;
+	for (int k = 1; k < DETECT_NAME_LEN; k++) { /* the '/' before the parent's name */
+		i = last - k;
+		if (i < 0)
+			break;
+		if (s->path[i & (DETECT_PATH_LEN - 1)] == '/') {
+			start = i + 1;
+			break;
+		}
+	}
+	len = last - start;
+	if (len <= 0)
+		return -1; /* the root, or "//": never a watched directory's name */
+	if (s->path[start & (DETECT_PATH_LEN - 1)] == '.' &&
+	    (len == 1 || (len == 2 && s->path[(start + 1) & (DETECT_PATH_LEN - 1)] == '.')))
+		return DETECT_WATCH_UNRESOLVED;
+	__builtin_memset(s->name, 0, sizeof(s->name));
+	bpf_probe_read_kernel(s->name, len & (DETECT_NAME_LEN - 1), s->path + (start & (DETECT_PATH_LEN - 1)));
+	entry = bpf_map_lookup_elem(&watch_dir_names, s->name);
+	return entry ? (int)entry->id : -1;
+}
+
 /* ``call`` on entry ``id`` kills its caller: a bait, and the rules say so for that call. */
 static __always_inline bool kills(__u32 id, __u32 call)
 {
@@ -572,7 +672,8 @@ static __always_inline bool kills(__u32 id, __u32 call)
 
 /* Kill the caller if the entry is a bait and the rules say so for ``call``; report the call. */
 static __always_inline void file_touched(__u32 id, __u32 call, __s32 fd, __u32 flags, __u64 dev, __u64 ino,
-					 bool by_dir, const char *upath, const char *unewpath)
+					 bool by_dir, const char *upath, const char *unewpath,
+					 const struct detect_watch_key *base)
 {
 	struct detect_event *ev;
 	bool killed = false;
@@ -596,6 +697,10 @@ static __always_inline void file_touched(__u32 id, __u32 call, __s32 fd, __u32 f
 		bpf_probe_read_user_str(ev->path, sizeof(ev->path), upath);
 	if (unewpath)
 		bpf_probe_read_user_str(ev->args, sizeof(ev->args), unewpath);
+	if (base) { /* a rename into a watched directory: the directory its new path starts from */
+		ev->arg[0] = base->dev;
+		ev->arg[1] = base->ino;
+	}
 	submit(ev);
 }
 
@@ -684,7 +789,7 @@ static __always_inline int open_done(struct trace_event_raw_sys_exit *ctx, __u32
 		 * by its name; the attempt is what tells ransomware, whatever stopped it */
 		id = watched_named((__u64)upath);
 		if (id >= 0)
-			file_touched(id, call, (__s32)ret, (__u32)flags, 0, 0, false, upath, NULL);
+			file_touched(id, call, (__s32)ret, (__u32)flags, 0, 0, false, upath, NULL, NULL);
 		return 0;
 	}
 	entry = watched_open_as((int)ret, &key, &by_dir);
@@ -692,7 +797,7 @@ static __always_inline int open_done(struct trace_event_raw_sys_exit *ctx, __u32
 		return 0;
 	if (flags & O_ACCMODE)
 		first_write(&key); /* its writes through this fd are this report's */
-	file_touched(entry->id, call, (__s32)ret, (__u32)flags, key.dev, key.ino, by_dir, upath, NULL);
+	file_touched(entry->id, call, (__s32)ret, (__u32)flags, key.dev, key.ino, by_dir, upath, NULL, NULL);
 	return 0;
 }
 
@@ -717,7 +822,7 @@ int detect_ftruncate(struct trace_event_raw_sys_enter *ctx)
 	struct detect_watch *entry = watched_open_as((int)ctx->args[0], &key, &by_dir);
 
 	if (entry)
-		file_touched(entry->id, FC_FTRUNCATE, (int)ctx->args[0], 0, key.dev, key.ino, by_dir, NULL, NULL);
+		file_touched(entry->id, FC_FTRUNCATE, (int)ctx->args[0], 0, key.dev, key.ino, by_dir, NULL, NULL, NULL);
 	return 0;
 }
 
@@ -732,7 +837,7 @@ static __always_inline int write_call(struct trace_event_raw_sys_enter *ctx, __u
 	struct detect_watch *entry = watched_open_as(fd, &key, &by_dir);
 
 	if (entry && (kills(entry->id, call) || first_write(&key)))
-		file_touched(entry->id, call, fd, 0, key.dev, key.ino, by_dir, NULL, NULL);
+		file_touched(entry->id, call, fd, 0, key.dev, key.ino, by_dir, NULL, NULL, NULL);
 	return 0;
 }
 
@@ -749,52 +854,64 @@ WRITE_CALL(writev, FC_WRITEV)
 WRITE_CALL(pwritev, FC_PWRITEV)
 WRITE_CALL(pwritev2, FC_PWRITEV2)
 
-/* The calls that name a path, not an open file: matched by the watched file's name. */
-static __always_inline int named(const char *upath, const char *unewpath, __u32 call)
+/* The calls that name a path, not an open file: matched by the watched file's name; a rename
+ * (``unewpath``, relative to ``newdirfd``) also by the watched directory it moves a file into. */
+static __always_inline int named(const char *upath, const char *unewpath, int newdirfd, __u32 call)
 {
 	int id = watched_named((__u64)upath);
 
 	if (id < 0 && unewpath)
 		id = watched_named((__u64)unewpath); /* renamed over a watched file: its content is gone too */
-	if (id >= 0)
-		file_touched(id, call, -1, 0, 0, 0, false, upath, unewpath);
+	if (id >= 0) {
+		file_touched(id, call, -1, 0, 0, 0, false, upath, unewpath, NULL);
+		return 0;
+	}
+	if (!unewpath || !watch_dirs)
+		return 0;
+	id = watched_parent((__u64)unewpath, newdirfd);
+	if (id != -1) { /* user space resolves a relative new path against newdirfd's directory */
+		struct detect_watch_key base = {};
+
+		dir_key_at(newdirfd, &base);
+		file_touched(id, call, newdirfd, 0, 0, 0, true, upath, unewpath, &base);
+	}
 	return 0;
 }
 
 SEC("tp/syscalls/sys_enter_truncate")
 int detect_truncate(struct trace_event_raw_sys_enter *ctx)
 {
-	return named((const char *)ctx->args[0], NULL, FC_TRUNCATE);
+	return named((const char *)ctx->args[0], NULL, 0, FC_TRUNCATE);
 }
 
 SEC("tp/syscalls/sys_enter_rename")
 int detect_rename(struct trace_event_raw_sys_enter *ctx)
 {
-	return named((const char *)ctx->args[0], (const char *)ctx->args[1], FC_RENAME);
+	return named((const char *)ctx->args[0], (const char *)ctx->args[1], DETECT_AT_FDCWD, FC_RENAME);
 }
 
 SEC("tp/syscalls/sys_enter_renameat")
 int detect_renameat(struct trace_event_raw_sys_enter *ctx)
 {
-	return named((const char *)ctx->args[1], (const char *)ctx->args[3], FC_RENAMEAT);
+	return named((const char *)ctx->args[1], (const char *)ctx->args[3], (int)ctx->args[2], FC_RENAMEAT);
 }
 
 SEC("tp/syscalls/sys_enter_renameat2")
 int detect_renameat2(struct trace_event_raw_sys_enter *ctx)
 {
-	return named((const char *)ctx->args[1], (const char *)ctx->args[3], FC_RENAMEAT2);
+	return named((const char *)ctx->args[1], (const char *)ctx->args[3], (int)ctx->args[2], FC_RENAMEAT2);
 }
 
 SEC("tp/syscalls/sys_enter_unlink")
 int detect_unlink(struct trace_event_raw_sys_enter *ctx)
 {
-	return named((const char *)ctx->args[0], NULL, FC_UNLINK);
+	return named((const char *)ctx->args[0], NULL, 0, FC_UNLINK);
 }
 
 SEC("tp/syscalls/sys_enter_unlinkat")
 int detect_unlinkat(struct trace_event_raw_sys_enter *ctx)
 {
-	return named((const char *)ctx->args[1], NULL, FC_UNLINKAT);
+	return named((const char *)ctx->args[1], NULL, 0, FC_UNLINKAT);
 }
 
 char LICENSE[] SEC("license") = "GPL";

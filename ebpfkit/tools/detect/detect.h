@@ -66,6 +66,9 @@ struct detect_watch {
 	__u32 id;   /* the index of its path in the session's list */
 };
 
+#define DETECT_AT_FDCWD -100               /* a dirfd: the working directory */
+#define DETECT_WATCH_UNRESOLVED 0x7fffffff /* a file event's watch_id: user space finds the entry */
+
 enum detect_watch_flags {
 	WATCH_BAIT = 1, /* a bait: a call on it may kill (bait_kill) */
 	WATCH_DIR = 2,  /* a directory: what is opened for writing in it */
@@ -108,7 +111,8 @@ struct detect_event {
 	__u8 stdio[3];              /* enum detect_fd_kind of fds 0, 1, 2 when it happened */
 	__u8 fd_kind;               /* connect: the socket's kind; dup: the duplicated fd's */
 	__s32 fd;                   /* connect: the socket; dup: the new fd (0-2); file: open's result (a
-				     * negative errno when it failed), ftruncate's fd, else -1 */
+				     * negative errno when it failed), ftruncate's fd, a rename into a
+				     * watched directory's newdirfd (-100: the working directory), else -1 */
 	__s32 oldfd;                /* dup: the fd duplicated */
 	__u32 call;                 /* dup: enum detect_dup_call; file: enum detect_file_call;
 				     * syscall: enum detect_sys_call */

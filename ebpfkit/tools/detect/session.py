@@ -168,12 +168,12 @@ class Session(ToolSession):
         self.watching = baits + named
 
     def _watch(self) -> None:
-        keys, names, flags = (self._obj.maps[m] for m in ("watch_keys", "watch_names", "watch_flags"))
+        keys, names, dir_names, flags = (self._obj.maps[m] for m in
+                                         ("watch_keys", "watch_names", "watch_dir_names", "watch_flags"))
         self._watched = watch.Watched(self.watching)
         for index, entry in enumerate(self.watching):
             keys[{"dev": entry.key[0], "ino": entry.key[1]}] = {"id": index}
-            if not entry.is_dir:
-                names[entry.name_key] = {"id": index}
+            (dir_names if entry.is_dir else names)[entry.name_key] = {"id": index}
             flags[index] = entry.flags
 
     @property

@@ -96,3 +96,50 @@ def test_an_account_file_opened_for_writing_by_a_stranger(tmp_path):
         alerts = alerts_within(session, 1.0, "Account or sudo file changed")
     assert [(a.event["fd.name"], a.event["evt.type"], a.event["proc.name"]) for a in alerts] == [
         ("/etc/shadow", "openat", "python")]
+
+
+RENAME_RULE = """
+- rule: Moved into jobs
+  condition: evt.type in (rename, renameat, renameat2) and fd.directory = {jobs}
+  output: "%fd.name: %evt.type by %proc.name"
+  priority: WARNING
+"""
+
+
+def test_a_file_renamed_into_a_watched_directory_however_its_new_path_is_written(tmp_path):
+    """The kernel sees only the new path's text: a bare name is matched by its directory's
+    inode (the working directory or newdirfd), a path by its parent's name and then by inode in
+    user space, a parent written "." or ".." only in user space. Renames elsewhere, into a
+    directory that only shares the watched one's name too, raise nothing."""
+    jobs, other, decoy = tmp_path / "jobs", tmp_path / "other", tmp_path / "decoy" / "jobs"
+    for d in (jobs, other, decoy):
+        d.mkdir(parents=True)
+    for n in range(1, 6):
+        (tmp_path / f"staged{n}").write_text("* * * * * root sh")
+    (tmp_path / "plain").write_text("x")
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(RENAME_RULE.format(jobs=jobs))
+    moves = [
+        f"os.rename({str(tmp_path / 'staged1')!r}, {str(jobs / 'evil1')!r})",            # absolute
+        f"os.chdir({str(jobs)!r}); os.rename('../staged2', 'evil2')",                    # a name, in the cwd
+        f"d = os.open({str(jobs)!r}, os.O_RDONLY); s = os.open({str(tmp_path)!r}, os.O_RDONLY); "
+        f"os.rename('staged3', 'evil3', src_dir_fd=s, dst_dir_fd=d)",                   # a name, at newdirfd
+        f"os.chdir({str(other)!r}); os.rename('../staged4', '../jobs/evil4')",           # relative, parent named
+        f"os.chdir({str(tmp_path)!r}); os.rename('staged5', 'jobs/./evil5')",            # parent "."
+    ]
+    elsewhere = [
+        f"os.rename({str(tmp_path / 'plain')!r}, {str(other / 'plain')!r})",             # another directory
+        f"os.rename({str(other / 'plain')!r}, {str(decoy / 'plain')!r})",                # same name, not it
+        f"os.chdir({str(decoy)!r}); os.rename('plain', 'plain2')",                       # a name, not in it
+    ]
+    with detect.open(rules=(str(rules),)) as session:
+        assert str(jobs) in {e.path for e in session.watching}
+        for code in elsewhere:
+            assert python(f"import os; {code}") == 0
+        quiet = alerts_within(session, 0.5, "Moved into jobs")
+        for code in moves:
+            assert python(f"import os; {code}") == 0
+        alerts = alerts_within(session, 1.0, "Moved into jobs")
+    assert quiet == []
+    assert sorted(a.event["fd.name"] for a in alerts) == [str(jobs / f"evil{n}") for n in range(1, 6)]
+    assert all(a.event["evt.type"].startswith("rename") and a.event["fd.directory"] == str(jobs) for a in alerts)
