@@ -3,7 +3,7 @@
  * the rules need of the process read here, where it cannot have changed yet: its stdio (what
  * fds 0-2 are), its ancestors, its cgroup. Tracepoints only: kprobes are not everywhere.
  *
- * Filtered here: connect() only for IPv4/IPv6 sockets, duplications only of an IPv4/IPv6 socket
+ * Filtered here: connect(), bind() and accept() only for IPv4/IPv6 sockets, duplications only of an IPv4/IPv6 socket
  * onto fd 0, 1 or 2 (a shell's everyday `> file` redirections never leave the kernel), file
  * calls only on watched files (baits, and the files and directories rules name). Where the
  * rules say a bait touched kills (bait_kill), the process is sent SIGKILL here, before the call
@@ -51,7 +51,7 @@ static __always_inline void submit(struct detect_event *ev)
 /* What the rules can match (prefilter.py works it out): an event no rule needs is not built. */
 const volatile bool want_exec = true;
 const volatile bool want_dup = true;
-const volatile bool want_connect = true;
+const volatile bool want_connect = true;  /* connect, bind, accept: "connect" names the three here */
 const volatile bool connect_any = true;   /* else only on fd <= connect_fd_max, or by a comm in connect_comms */
 const volatile int connect_fd_max = -1;
 
@@ -276,26 +276,34 @@ int BPF_PROG(detect_exec, struct task_struct *p, pid_t old_pid, struct linux_bin
 	return 0;
 }
 
-SEC("tp/syscalls/sys_enter_connect")
-int detect_connect(struct trace_event_raw_sys_enter *ctx)
+/* A socket call some rule may match: on an fd up to connect_fd_max, or by a command named. */
+static __always_inline bool socket_call_wanted(int fd)
+{
+	char comm[16] = {};
+
+	if (!want_connect)
+		return false;
+	if (connect_any || fd <= connect_fd_max)
+		return true;
+	bpf_get_current_comm(comm, sizeof(comm));
+	return bpf_map_lookup_elem(&connect_comms, comm) != NULL;
+}
+
+/* connect and bind, at entry: the IPv4/IPv6 address the caller named (its sockaddr). */
+static __always_inline int addressed(struct trace_event_raw_sys_enter *ctx, __u32 call)
 {
 	struct detect_event *ev;
 	const void *uaddr = (const void *)ctx->args[1];
 	__u16 family = 0, port = 0;
-	char comm[16] = {};
 
-	if (!want_connect)
+	if (!socket_call_wanted((int)ctx->args[0]))
 		return 0;
-	if (!connect_any && (int)ctx->args[0] > connect_fd_max) {
-		bpf_get_current_comm(comm, sizeof(comm));
-		if (!bpf_map_lookup_elem(&connect_comms, comm))
-			return 0;
-	}
 	if (bpf_probe_read_user(&family, sizeof(family), uaddr) || (family != AF_INET && family != AF_INET6))
 		return 0;
 	ev = new_event(DK_CONNECT);
 	if (!ev)
 		return 0;
+	ev->call = call;
 	ev->fd = (int)ctx->args[0];
 	ev->fd_kind = fd_kind_ino((void *)bpf_get_current_task(), ev->fd, &ev->socket_ino);
 	ev->family = family;
@@ -305,6 +313,69 @@ int detect_connect(struct trace_event_raw_sys_enter *ctx)
 	bpf_probe_read_user(ev->addr, family == AF_INET ? 4 : 16, uaddr + (family == AF_INET ? 4 : 8));
 	submit(ev);
 	return 0;
+}
+
+SEC("tp/syscalls/sys_enter_connect")
+int detect_connect(struct trace_event_raw_sys_enter *ctx)
+{
+	return addressed(ctx, SOCK_CONNECT);
+}
+
+SEC("tp/syscalls/sys_enter_bind")
+int detect_bind(struct trace_event_raw_sys_enter *ctx)
+{
+	return addressed(ctx, SOCK_BIND);
+}
+
+/* accept and accept4, at exit: the new fd, and its peer read from the socket itself (the
+ * caller may pass no sockaddr to fill). */
+static __always_inline int accepted(struct trace_event_raw_sys_exit *ctx, __u32 call)
+{
+	int fd = (int)ctx->ret;
+	struct detect_event *ev;
+	struct socket *sock;
+	struct file *f;
+	struct sock *sk;
+	__u16 family;
+	__be32 addr4;
+
+	if (fd < 0 || !socket_call_wanted(fd))
+		return 0;
+	f = file_of((void *)bpf_get_current_task(), fd);
+	sock = f ? BPF_CORE_READ(f, private_data) : NULL;
+	sk = sock ? BPF_CORE_READ(sock, sk) : NULL;
+	family = sk ? BPF_CORE_READ(sk, __sk_common.skc_family) : 0;
+	if (family != AF_INET && family != AF_INET6)
+		return 0;
+	ev = new_event(DK_CONNECT);
+	if (!ev)
+		return 0;
+	ev->call = call;
+	ev->fd = fd;
+	ev->fd_kind = family == AF_INET ? FDK_INET : FDK_INET6;
+	ev->socket_ino = BPF_CORE_READ(f, f_inode, i_ino);
+	ev->family = family;
+	ev->port = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
+	if (family == AF_INET) {
+		addr4 = BPF_CORE_READ(sk, __sk_common.skc_daddr);
+		__builtin_memcpy(ev->addr, &addr4, sizeof(addr4));
+	} else {
+		BPF_CORE_READ_INTO(&ev->addr, sk, __sk_common.skc_v6_daddr);
+	}
+	submit(ev);
+	return 0;
+}
+
+SEC("tp/syscalls/sys_exit_accept")
+int detect_accept_exit(struct trace_event_raw_sys_exit *ctx)
+{
+	return accepted(ctx, SOCK_ACCEPT);
+}
+
+SEC("tp/syscalls/sys_exit_accept4")
+int detect_accept4_exit(struct trace_event_raw_sys_exit *ctx)
+{
+	return accepted(ctx, SOCK_ACCEPT4);
 }
 
 static __always_inline int emit_dup(__s32 oldfd, __s32 newfd, __u32 call, __u8 kind, __u64 ino)

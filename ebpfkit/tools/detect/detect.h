@@ -11,7 +11,7 @@
 
 enum detect_kind {
 	DK_EXEC = 1,    /* a process image replaced (sched_process_exec) */
-	DK_CONNECT = 2, /* connect() on an IPv4/IPv6 socket */
+	DK_CONNECT = 2, /* connect(), bind() or accept() on an IPv4/IPv6 socket (call: which) */
 	DK_DUP = 3,     /* an IPv4/IPv6 socket duplicated onto fd 0, 1 or 2 (dup, dup2, dup3, fcntl) */
 	DK_FILE = 4,    /* a watched file opened for writing, truncated, renamed or removed */
 	DK_SYSCALL = 5, /* a watched call: privilege, ptrace, module load, bpf(BPF_PROG_LOAD) */
@@ -88,6 +88,15 @@ enum detect_fd_kind {
 };
 
 /* Which syscall made a DK_DUP. */
+/* Which call made a DK_CONNECT: connect and bind at entry (the address the caller named),
+ * accept at exit (the new fd, its peer read from the socket). */
+enum detect_socket_call {
+	SOCK_CONNECT = 0,
+	SOCK_BIND = 1,
+	SOCK_ACCEPT = 2,
+	SOCK_ACCEPT4 = 3,
+};
+
 enum detect_dup_call {
 	DUP_DUP = 1,
 	DUP_DUP2 = 2,
@@ -114,8 +123,8 @@ struct detect_event {
 				     * negative errno when it failed), ftruncate's fd, a rename into a
 				     * watched directory's newdirfd (-100: the working directory), else -1 */
 	__s32 oldfd;                /* dup: the fd duplicated */
-	__u32 call;                 /* dup: enum detect_dup_call; file: enum detect_file_call;
-				     * syscall: enum detect_sys_call */
+	__u32 call;                 /* connect: enum detect_socket_call; dup: enum detect_dup_call;
+				     * file: enum detect_file_call; syscall: enum detect_sys_call */
 	__s64 arg[3];               /* syscall: its first arguments */
 	__u16 family;               /* connect: AF_INET or AF_INET6 */
 	__u16 port;                 /* connect: host order */

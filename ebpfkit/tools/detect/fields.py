@@ -17,6 +17,7 @@ from ...policy.condition import FieldSpec
 
 EXEC, CONNECT, DUP, FILE, SYSCALL = 1, 2, 3, 4, 5  # detect.h's enum detect_kind
 FD_KINDS = ("none", "file", "ipv4", "ipv6", "unix", "socket", "pipe", "char", "fifo")  # enum detect_fd_kind
+SOCKET_CALLS = {0: "connect", 1: "bind", 2: "accept", 3: "accept4"}           # enum detect_socket_call
 DUP_CALLS = {1: "dup", 2: "dup2", 3: "dup3", 4: "fcntl"}                      # enum detect_dup_call
 FILE_CALLS = {1: "open", 2: "openat", 3: "openat2", 4: "creat", 5: "truncate", 6: "ftruncate",  # enum
               7: "rename", 8: "renameat", 9: "renameat2", 10: "unlink", 11: "unlinkat",       # detect_file_call
@@ -34,7 +35,7 @@ ANCESTORS = 4                                                                 # 
 
 S = FieldSpec
 FIELDS: dict[str, FieldSpec] = {
-    "evt.type": S("str", doc="execve, connect, the call that put a socket on fd 0-2 (dup, dup2, dup3, fcntl), "
+    "evt.type": S("str", doc="execve, connect, bind, accept, accept4, the call that put a socket on fd 0-2 (dup, dup2, dup3, fcntl), "
                              "the one that touched a bait file (" + ", ".join(FILE_CALLS.values()) + "), or a "
                              "watched call (" + ", ".join(SYS_CALLS.values()) + ")"),
     "evt.time": S("int", doc="when, ns since the epoch"),
@@ -55,13 +56,15 @@ FIELDS: dict[str, FieldSpec] = {
     "proc.stderr.type": S("str", doc="what fd 2 is"),
     "user.uid": S("int", doc="the user id"),
     "container.id": S("str", doc="the container's short id, or host"),
-    "fd.num": S("int", doc="connect: the socket's fd; dup: the fd it was put on (0-2); a bait's open and "
-                           "ftruncate: its fd"),
+    "fd.num": S("int", doc="connect, bind: the socket's fd; accept: the new fd; dup: the fd it was put on "
+                           "(0-2); a bait's open and ftruncate: its fd"),
     "fd.oldnum": S("int", doc="dup: the fd duplicated"),
-    "fd.type": S("str", doc="connect/dup: the kind of the socket (" + ", ".join(FD_KINDS) + ")"),
-    "fd.rip": S("str", doc="connect: the remote address"),
-    "fd.rport": S("int", doc="connect: the remote port"),
-    "fd.name": S("str", doc="connect: address:port; a watched file's event: the file's path (a file rules name "
+    "fd.type": S("str", doc="connect/bind/accept/dup: the kind of the socket (" + ", ".join(FD_KINDS) + ")"),
+    "fd.rip": S("str", doc="connect: the remote address; accept: the peer's"),
+    "fd.rport": S("int", doc="connect: the remote port; accept: the peer's"),
+    "fd.lip": S("str", doc="bind: the local address"),
+    "fd.lport": S("int", doc="bind: the local port"),
+    "fd.name": S("str", doc="connect, bind, accept: address:port; a watched file's event: the file's path (a file rules name "
                             "with fd.name = or in, a bait, or one opened for writing in a directory named with "
                             "fd.directory)"),
     "fd.directory": S("str", doc="a watched file's event: the directory of fd.name"),
@@ -162,7 +165,9 @@ def _evt_type(f: EventFields):
         return FILE_CALLS.get(ev.call, "file")
     if ev.kind == SYSCALL:
         return SYS_CALLS.get(ev.call, "syscall")
-    return {EXEC: "execve", CONNECT: "connect"}.get(ev.kind) or DUP_CALLS.get(ev.call, "dup")
+    if ev.kind == CONNECT:
+        return SOCKET_CALLS.get(ev.call, "connect")
+    return "execve" if ev.kind == EXEC else DUP_CALLS.get(ev.call, "dup")
 
 
 def _watched(f: EventFields):
@@ -221,6 +226,11 @@ def _address(ev) -> str | None:
     return str(ipaddress.IPv4Address(raw[:4]) if ev.family == 2 else ipaddress.IPv6Address(raw))
 
 
+def _bound(ev) -> bool:
+    """A bind(): its address is the local one."""
+    return ev.kind == CONNECT and ev.call == 1
+
+
 def _args(f: EventFields):
     args = f.process().get("args")
     return None if args is None else " ".join(args)
@@ -256,8 +266,10 @@ _GETTERS = {
     "fd.num": lambda f: _fd(f, f.event.fd),
     "fd.oldnum": lambda f: f.event.oldfd if f.event.kind == DUP else None,
     "fd.type": lambda f: FD_KINDS[f.event.fd_kind] if f.event.kind in (CONNECT, DUP) else None,
-    "fd.rip": lambda f: _address(f.event),
-    "fd.rport": lambda f: f.event.port if f.event.kind == CONNECT else None,
+    "fd.rip": lambda f: None if _bound(f.event) else _address(f.event),
+    "fd.rport": lambda f: f.event.port if f.event.kind == CONNECT and not _bound(f.event) else None,
+    "fd.lip": lambda f: _address(f.event) if _bound(f.event) else None,
+    "fd.lport": lambda f: f.event.port if _bound(f.event) else None,
     "fd.name": _fd_name,
     "bait.name": lambda f: getattr(_watched(f)[0], "bait", None),
     "fd.directory": lambda f: os.path.dirname(_fd_name(f)) if f.event.kind == FILE and _fd_name(f) else None,

@@ -31,7 +31,8 @@ class Need:
 
 
 NEVER, ANYTHING = Need(never=True), Need(anything=True)
-KINDS = {"execve": {"execve"}, "connect": {"connect"}, "dup": {"dup", "dup2", "dup3", "fcntl"},
+# "connect": the socket calls, which share one filter in the kernel
+KINDS = {"execve": {"execve"}, "connect": {"connect", "bind", "accept", "accept4"}, "dup": {"dup", "dup2", "dup3", "fcntl"},
          "file": set(FILE_CALLS.values()), "privilege": {"setuid", "setreuid", "setresuid", "capset"},
          "ptrace": {"ptrace"}, "module": {"init_module", "finit_module"}, "bpf": {"bpf"},
          "mount": {"mount", "fsopen"}}

@@ -39,7 +39,7 @@ from .fields import EXEC, FIELDS, FILE_CALLS, EventFields
 
 PROGRAM = os.path.join(os.path.dirname(__file__), "detect.bpf.c")
 BUILTIN_RULES = os.path.join(os.path.dirname(__file__), "builtin_rules.yaml")
-HOOK = ("raw tracepoint sched_process_exec, syscall tracepoints connect/dup/dup2/dup3/fcntl, "
+HOOK = ("raw tracepoint sched_process_exec, syscall tracepoints connect/bind/accept/accept4/dup/dup2/dup3/fcntl, "
         "setuid/setreuid/setresuid/capset, ptrace, init_module/finit_module, bpf, mount/fsopen")
 FILE_HOOK = ("and, for watched files (baits, paths rules name), the exits of open/openat/openat2/creat, "
              "ftruncate, truncate, rename*, unlink*, write/pwrite64/writev/pwritev/pwritev2")

@@ -423,6 +423,71 @@ def test_a_flooding_process_is_throttled_and_blinds_nothing(session, listener, c
         [(a.rule, a.pid, a.output) for a in alerts if a.rule != "Events throttled"]
 
 
+def free_port(family=socket.AF_INET, host="127.0.0.1") -> int:
+    with socket.socket(family) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def test_a_connection_accepted_onto_stdin_is_a_reverse_shell(session):
+    """A bind shell's way: a listener with fd 0 closed, so accept() puts the connection there."""
+    port = free_port()
+    alerts_within(session, 0.3)  # whatever came before
+    proc = subprocess.Popen([sys.executable, "-c", "import os,socket\ns=socket.socket()\n"
+                             f"s.bind(('127.0.0.1',{port}))\ns.listen(1)\nprint(flush=True)\nos.close(0)\n"
+                             "c,_=s.accept()\nassert c.fileno()==0\nc.recv(10)"],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
+    try:
+        proc.stdout.readline()  # listening
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            client_port = client.getsockname()[1]
+            client.sendall(b"exit\n")
+        assert proc.wait(10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    alerts = [a for a in alerts_within(session, 1.0, REVERSE_SHELL) if a.pid == proc.pid]
+    assert [(a.event["evt.type"], a.event["fd.num"], a.event["fd.name"]) for a in alerts] == [
+        ("accept4", 0, f"127.0.0.1:{client_port}")], alerts
+
+
+SOCKET_RULES = """
+- rule: Bound here
+  condition: evt.type = bind and fd.lport = {port}
+  output: "%proc.name bound %fd.name (local %fd.lip, remote %fd.rip) on fd %fd.num"
+  priority: NOTICE
+- rule: Accepted here
+  condition: evt.type in (accept, accept4) and fd.rport = {client_port}
+  output: "%proc.name accepted %fd.name (local %fd.lip, remote %fd.rip) on fd %fd.num"
+  priority: NOTICE
+"""
+
+
+@pytest.mark.parametrize("family, host", [(socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")],
+                         ids=["ipv4", "ipv6"])
+def test_bind_and_accept_carry_the_address_and_the_new_fd(tmp_path, family, host):
+    port, client_port = free_port(family, host), free_port(family, host)
+    rules = tmp_path / "sockets.yaml"
+    rules.write_text(SOCKET_RULES.format(port=port, client_port=client_port))
+    with detect.open(rules=(str(rules),), builtin=False) as session:
+        with socket.socket(family) as server, socket.socket(family) as client:
+            server_fd = server.fileno()
+            server.bind((host, port))
+            server.listen(1)
+            client.bind((host, client_port))
+            client.connect((host, port))
+            conn, _ = server.accept()
+            accepted_fd = conn.fileno()
+            conn.close()
+        alerts = alerts_within(session, 1.0, "Bound here", "Accepted here")
+    seen = sorted((a.rule, a.pid, a.event["evt.type"], a.event["fd.name"], a.event["fd.num"],
+                   a.event.get("fd.lip"), a.event.get("fd.rip")) for a in alerts)  # a field with no value is left out
+    name = f"{host}:{{}}"
+    assert seen == [("Accepted here", os.getpid(), "accept4", name.format(client_port), accepted_fd, None, host),
+                    ("Bound here", os.getpid(), "bind", name.format(port), server_fd, host, None)]
+
+
 def test_pipes_and_named_pipes_alone_raise_nothing(session, tmp_path):
     fifo = tmp_path / "f"
     alerts_within(session, 0.3)  # whatever came before
@@ -495,9 +560,9 @@ def test_a_signal_leaves_nothing_attached(sig, code):
     from ebpfkit.engine import features
     from ebpfkit.tools.detect.session import WATCHED_CALLS
 
-    # exec, connect, dup2, dup3, dup and fcntl (entry and exit), and a link per watched call it
-    # has (the built-in rules watch no file unless switched on)
-    links = 8 + sum(features.have_tracepoint("syscalls", f"sys_enter_{c}") for c in WATCHED_CALLS)
+    # exec, connect, bind, accept and accept4 (exits), dup2, dup3, dup and fcntl (entry and exit),
+    # and a link per watched call it has (the built-in rules watch no file unless switched on)
+    links = 11 + sum(features.have_tracepoint("syscalls", f"sys_enter_{c}") for c in WATCHED_CALLS)
     tool = RunningTool("detect", "run")
     try:
         held = bpf_objects_held_by(tool.pid)

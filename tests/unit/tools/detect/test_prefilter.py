@@ -40,9 +40,9 @@ def test_a_disabled_rule_wants_nothing():
 
 
 def test_every_call_the_kernel_reports_is_in_one_kind():
-    from ebpfkit.tools.detect.fields import DUP_CALLS, FILE_CALLS, SYS_CALLS
+    from ebpfkit.tools.detect.fields import DUP_CALLS, FILE_CALLS, SOCKET_CALLS, SYS_CALLS
 
-    reported = {"execve", "connect", *DUP_CALLS.values(), *FILE_CALLS.values(), *SYS_CALLS.values()}
+    reported = {"execve", *SOCKET_CALLS.values(), *DUP_CALLS.values(), *FILE_CALLS.values(), *SYS_CALLS.values()}
     kinds = list(prefilter.KINDS.values())
     assert set().union(*kinds) == reported
     assert sum(len(k) for k in kinds) == len(reported), "each call in one kind only"
