@@ -72,8 +72,8 @@ char LICENSE[] SEC("license") = "GPL";
 """
 
 
-def probe(target: str, netns: str, count: int = PROBES, **settings) -> list:
-    with pingtrace.open(target=target, count=count, interval_us=INTERVAL_US, netns=netns, **settings) as session:
+def probe(target: str, netns: str, count: int = PROBES, interval_us: int = INTERVAL_US, **settings) -> list:
+    with pingtrace.open(target=target, count=count, interval_us=interval_us, netns=netns, **settings) as session:
         return list(session.probes())
 
 
@@ -214,6 +214,79 @@ def test_a_delay_at_one_hop_is_attributed_to_that_hop(netns, peer_netns, veth_pa
     # probe by probe: a scheduling hiccup of the client may outweigh a spin now and then
     slowest_there = [r.slowest.name == at_server for r in after]
     assert sum(slowest_there) >= 0.9 * len(after), [(r.slowest.name, r.slowest.us) for r in after]
+
+
+# A SCHED_FIFO hog on CPU 0, in bursts: HOG_BURST_S busy, then 6 ms asleep; it prints a line
+# once running.
+HOG_BURST_S = 0.004
+HOG = f"""
+import os, time
+os.sched_setaffinity(0, {{0}})
+os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+print(flush=True)
+while True:
+    t = time.monotonic()
+    while time.monotonic() - t < {HOG_BURST_S}:
+        pass
+    time.sleep(0.006)
+"""
+
+
+def steer_receives_to_cpu1(ns: str, device: str) -> None:
+    """RPS: packets received on the device are handled on CPU 1, not in the sender's own send
+    (a veth otherwise answers an echo within the send, before the reader ever sleeps)."""
+    subprocess.run(["ip", "netns", "exec", ns, "sh", "-c",
+                    f"echo 2 > /sys/class/net/{device}/queues/rx-0/rps_cpus"], check=True, timeout=10)
+
+
+def stage_growth(before, after) -> dict[str, float]:
+    """Each stage's total time in ``after`` minus in ``before`` (labels without the hop's
+    devices' namespaces: the same in both runs)."""
+    def totals(results):
+        out: dict[str, float] = {}
+        for r in results:
+            for stage in r.stages:
+                out[stage.name] = out.get(stage.name, 0.0) + stage.us
+        return out
+    a, b = totals(before), totals(after)
+    return {name: b.get(name, 0.0) - a.get(name, 0.0) for name in set(a) | set(b)}
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two CPUs: the reply handled on one, the reader on the other")
+def test_a_busy_cpu_grows_the_readers_wakeup_stage(netns, peer_netns, veth_pair, hop):
+    """The reader's CPU taken by a hog in 4 ms bursts, while each reply comes 3 ms after its
+    request (a spin at the server's hop, on the other CPU): the replies that come during a burst
+    wait for its end to be read. That is the stage that grows (reply wakeup -> user_copy), by
+    no more than a burst each time; without the hog it stays far below a millisecond."""
+    a = netns.name
+    steer_receives_to_cpu1(a, veth_pair.a.ifname)
+    steer_receives_to_cpu1(peer_netns.name, veth_pair.b.ifname)
+    hop(spin_ns=3_000_000)
+    wakeup = f"reply wakeup {a} -> reply user_copy ek0@{a}"
+    cpus = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {0})  # the reader (this thread) on the hog's CPU
+    try:
+        bare = probe(veth_pair.b.address, a, count=40, interval_us=7000)
+        hog = subprocess.Popen([sys.executable, "-c", HOG], stdout=subprocess.PIPE)
+        try:
+            hog.stdout.readline()  # running
+            busy = probe(veth_pair.b.address, a, count=40, interval_us=7000)
+        finally:
+            hog.kill()
+            hog.wait()
+    finally:
+        os.sched_setaffinity(0, cpus)
+    assert all(not r.lost for r in bare + busy)
+    bare_waits, busy_waits = stage_us(bare, wakeup), stage_us(busy, wakeup)
+    # each reply woke the sleeping reader (with the hog, a burst that began before the reader went
+    # to sleep leaves it runnable, not asleep, when the reply comes: no wakeup then)
+    assert len(bare_waits) == len(bare) and len(busy_waits) >= 0.75 * len(busy), (bare_waits, busy_waits)
+    assert max(bare_waits) < 1000, bare_waits
+    held = [w for w in busy_waits if w >= 1000]
+    assert len(held) >= 4, busy_waits  # a burst starts within ~30% of the 3 ms waits
+    assert max(held) <= HOG_BURST_S * 1e6 + 1000, held  # at most what is left of one burst
+    growth = stage_growth(bare, busy)
+    assert max(growth, key=growth.get) == wakeup, sorted(growth.items(), key=lambda kv: -kv[1])[:3]
 
 
 def test_a_probe_dropped_at_a_hop_is_lost_with_where_it_was_last_seen(netns, peer_netns, veth_pair, hop):
