@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 
 from ..errors import NotSupportedError, PermissionDeniedError
-from ..sysinfo.mounts import MountTable
 from ._log import get_logger
 
 log = get_logger("ebpfkit.engine.mounts")
@@ -22,6 +21,8 @@ PIN_ROOT = BPFFS + "/ebpfkit"
 
 
 def mounted(path: str, fstype: str) -> bool:
+    from ..sysinfo.mounts import MountTable  # read only when asked: not at each import of the engine
+
     return MountTable().has(path, fstype)
 
 
