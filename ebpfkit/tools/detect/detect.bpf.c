@@ -315,17 +315,16 @@ static __always_inline int addressed(struct trace_event_raw_sys_enter *ctx, __u3
 	return 0;
 }
 
-SEC("tp/syscalls/sys_enter_connect")
-int detect_connect(struct trace_event_raw_sys_enter *ctx)
-{
-	return addressed(ctx, SOCK_CONNECT);
-}
+/* One program per call: detect_connect for sys_enter_connect, detect_bind for sys_enter_bind. */
+#define ADDRESSED(name, call)                                                \
+	SEC("tp/syscalls/sys_enter_" #name)                                  \
+	int detect_##name(struct trace_event_raw_sys_enter *ctx)             \
+	{                                                                    \
+		return addressed(ctx, call);                                 \
+	}
 
-SEC("tp/syscalls/sys_enter_bind")
-int detect_bind(struct trace_event_raw_sys_enter *ctx)
-{
-	return addressed(ctx, SOCK_BIND);
-}
+ADDRESSED(connect, SOCK_CONNECT)
+ADDRESSED(bind, SOCK_BIND)
 
 /* accept and accept4, at exit: the new fd, and its peer read from the socket itself (the
  * caller may pass no sockaddr to fill). */
@@ -366,17 +365,16 @@ static __always_inline int accepted(struct trace_event_raw_sys_exit *ctx, __u32 
 	return 0;
 }
 
-SEC("tp/syscalls/sys_exit_accept")
-int detect_accept_exit(struct trace_event_raw_sys_exit *ctx)
-{
-	return accepted(ctx, SOCK_ACCEPT);
-}
+/* detect_accept_exit for sys_exit_accept, detect_accept4_exit for sys_exit_accept4. */
+#define ACCEPTED(name, call)                                                 \
+	SEC("tp/syscalls/sys_exit_" #name)                                   \
+	int detect_##name##_exit(struct trace_event_raw_sys_exit *ctx)       \
+	{                                                                    \
+		return accepted(ctx, call);                                  \
+	}
 
-SEC("tp/syscalls/sys_exit_accept4")
-int detect_accept4_exit(struct trace_event_raw_sys_exit *ctx)
-{
-	return accepted(ctx, SOCK_ACCEPT4);
-}
+ACCEPTED(accept, SOCK_ACCEPT)
+ACCEPTED(accept4, SOCK_ACCEPT4)
 
 static __always_inline int emit_dup(__s32 oldfd, __s32 newfd, __u32 call, __u8 kind, __u64 ino)
 {
