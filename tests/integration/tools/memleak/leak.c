@@ -1,4 +1,4 @@
-/* memleak's ground truth: after "go" on stdin, THREADS threads (or the main thread when 0)
+/* memleak's ground truth: "ready" once loaded; after "go" on stdin, THREADS threads (or the main thread when 0)
  * each leak exactly LEAKS blocks of SIZE bytes from leak_here() and allocate and free many
  * more through every allocator function elsewhere (balanced(); jemalloc's mallocx and friends
  * too when it is the allocator); then "done" on stdout, and
@@ -76,6 +76,8 @@ int main(int argc, char **argv)
 	threads = atoi(argv[1]), leaks = atoi(argv[2]), size = strtoul(argv[3], NULL, 0);
 	mallocx = dlsym(RTLD_DEFAULT, "mallocx"), rallocx = dlsym(RTLD_DEFAULT, "rallocx");
 	dallocx = dlsym(RTLD_DEFAULT, "dallocx"), sdallocx = dlsym(RTLD_DEFAULT, "sdallocx");
+	printf("ready\n"); /* loaded (the preloaded allocator too): a tracer may read the maps */
+	fflush(stdout);
 	if (!fgets(line, sizeof(line), stdin))
 		return 1;
 	if (!threads)

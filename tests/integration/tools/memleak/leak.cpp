@@ -1,4 +1,4 @@
-// memleak's C++ ground truth: after "go" on stdin, leak_here() leaks exactly LEAKS arrays of
+// memleak's C++ ground truth: "ready" once loaded; after "go" on stdin, leak_here() leaks exactly LEAKS arrays of
 // SIZE bytes with new[]; balanced() news and deletes many more (plain, sized, array). Then
 // "done" on stdout; it waits for stdin to close. Built with -g -fno-omit-frame-pointer.
 #include <cstdio>
@@ -38,6 +38,8 @@ int main(int argc, char **argv)
 	char line[16];
 
 	kept.reserve(leaks);
+	printf("ready\n"); /* loaded (the preloaded allocator too): a tracer may read the maps */
+	fflush(stdout);
 	if (!fgets(line, sizeof(line), stdin))
 		return 1;
 	for (int i = 0; i < 200; i++) {

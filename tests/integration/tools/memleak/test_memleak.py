@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import RunningTool, ek, signalled_run_leaves_nothing, wait_for
+from helpers import RunningTool, ek, signalled_run_leaves_nothing
 
 pytestmark = [
     pytest.mark.integration,
@@ -59,8 +59,11 @@ def start(binary, *args, preload: str | None = None, **env):
     tcmalloc) and ``env`` added to its environment."""
     if preload:
         env["LD_PRELOAD"] = allocator_file(preload)
-    return subprocess.Popen([str(binary), *map(str, args)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True, env={**os.environ, **env})
+    program = subprocess.Popen([str(binary), *map(str, args)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               text=True, env={**os.environ, **env})
+    # past the dynamic loader (the allocator a tracer looks for is mapped), waiting for "go"
+    assert program.stdout.readline().startswith("ready"), "the program did not start"
+    return program
 
 
 def go(program) -> None:
@@ -223,7 +226,7 @@ def test_a_full_stack_map_is_counted_and_shown(programs):
 
 
 SITES = 20
-# one leak from each of SITES call sites, each its own stack; "go", "done" as leak.c
+# one leak from each of SITES call sites, each its own stack; "ready", "go", "done" as leak.c
 SITES_C = r"""
 #include <stdio.h>
 #include <stdlib.h>
@@ -239,6 +242,7 @@ int main(void)
 	char line[16];
 
 	setvbuf(stdout, NULL, _IONBF, 0); /* no buffer allocated while traced */
+	printf("ready\n");
 	if (!fgets(line, sizeof(line), stdin))
 		return 1;
 	for (int i = 0; i < %d; i++)
@@ -281,7 +285,6 @@ def _leak_traced_in_process(program, monkeypatch, uprobe_multi: bool) -> tuple[d
         monkeypatch.setattr(features, "probe", lambda name: Probe(name, name, UNSUPPORTED, "as on 6.1")
                             if name == "uprobe_multi" else real(name))
     try:
-        assert wait_for(lambda: "libc.so" in Path(f"/proc/{program.pid}/maps").read_text(), timeout=30)
         with memleak.open(pid=program.pid) as session:
             assert session.multi == uprobe_multi
             ours = {prog_id: name for name, prog_id in session._obj.program_ids().items()}
