@@ -256,8 +256,8 @@ class VMScheduler:
             if group.vm.boots > 1:
                 self._say(f"ebpfkit vm: {group.kernel.release} failed before the tests started "
                           f"({group.vm.accel}); booted it once more")
-            if group.vm.status == "panic" and group.vm.boot_seconds is not None:  # mid-run (run() boots twice if not)
-                self._after_a_panic(group, spec, results_file, on_output)
+            if group.vm.status in ("panic", "frozen") and group.vm.boot_seconds is not None:  # mid-run
+                self._after_a_crash(group, spec, results_file, on_output)  # (run() boots twice if not)
             group.results = GuestResults(self.config, results_file)
         except EbpfkitError as exc:
             group.failure = _unavailable(exc)
@@ -270,11 +270,12 @@ class VMScheduler:
                   f"{len(group.results.reports)} of {len(group.items)} test(s) reported, "
                   f"{vm.seconds:.1f} s in all, {vm.status}")
 
-    def _after_a_panic(self, group: _Group, spec, results_file: str, on_output) -> None:
-        """A guest that panicked mid-run (under TCG a 6.12 guest did, once in a while, "in
-        interrupt", in tests that pass on their next boot) boots once more for the tests that
-        had not finished; the panic is printed whole either way, and a second one is reported
-        as it is, as a failure of the test it interrupted."""
+    def _after_a_crash(self, group: _Group, spec, results_file: str, on_output) -> None:
+        """A guest that panicked or froze mid-run (under TCG a 6.12 guest panicked, once in a
+        while, "in interrupt", and a 6.1 guest froze without a word, in tests that pass on
+        their next boot) boots once more for the tests that had not finished; the console is
+        printed whole either way, and a second crash is reported as it is, as a failure of the
+        test it interrupted."""
         from .results import GuestResults
         from .runner import run
 
@@ -282,10 +283,11 @@ class VMScheduler:
         done = GuestResults(self.config, results_file)
         unfinished = [i for i in group.items if not done.complete(i.nodeid)]
         running = done.started[-1] if done.started else None
-        self._say(f"ebpfkit vm: WARNING: {first.kernel} panicked ({first.accel}); the last test "
+        what = "panicked" if first.status == "panic" else f"froze (no heartbeat for {first.silent_for:.0f} s)"
+        self._say(f"ebpfkit vm: WARNING: {first.kernel} {what} ({first.accel}); the last test "
                   f"started: {running or 'none'}; {len(group.items) - len(unfinished)} of "
                   f"{len(group.items)} test(s); booting it once more for the {len(unfinished)} "
-                  f"unfinished\n--- guest console ---\n{first.console_tail(80)}")
+                  f"unfinished\n--- guest console ---\n{first.console_tail(120)}")
         _keep_finished(results_file, {i.nodeid for i in group.items if done.complete(i.nodeid)})
         group.vm = run(self._guest_command(group, results_file, unfinished), spec, on_output=on_output)
 

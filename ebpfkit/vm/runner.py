@@ -45,6 +45,12 @@ OOPS_RE = re.compile(r"BUG: |Oops: |general protection fault|kernel BUG at|Kerne
 # Passed through to the guest command (virtme-ng's init starts it with a minimal environment).
 PASS_ENV = ("PATH", "PYTHONPATH", "VIRTUAL_ENV", "LANG", "LC_ALL", "TERM", "NO_COLOR", "TZ")
 KILL_GRACE = 5.0
+# The guest touches a file this often; a guest whose file stops changing for FREEZE_AFTER
+# seconds has stopped running user space (under TCG a vCPU once stopped for good without a
+# word on the console): it gets an NMI, which its kernel turns into a panic that prints every
+# CPU's stack (unknown_nmi_panic, panic_all_cpu_backtrace), and the run ends there.
+HEARTBEAT_EVERY, FREEZE_AFTER, NMI_WAIT = 5, 150.0, 30.0
+HEARTBEAT_NAME = "ebpfkit-heartbeat"  # the loop's $0, so a test can stop it
 
 _WARMUP = 'SEC("tp/syscalls/sys_enter_getpid") int ebpfkit_vm_warmup(void *ctx) { return 0; }\n' \
           'char LICENSE[] SEC("license") = "GPL";\n'
@@ -57,6 +63,7 @@ class VMSpec:
     memory: str = "2G"
     cpus: int | None = None
     timeout: float | None = None      # seconds from start to kill; None: no limit
+    freeze_after: float = FREEZE_AFTER  # seconds without a heartbeat that make a guest frozen
     accel: str = "auto"               # auto | kvm | tcg
     env: dict[str, str] = field(default_factory=dict)
     cwd: str | None = None            # default: the caller's cwd (the same path exists inside)
@@ -67,7 +74,7 @@ class VMSpec:
 
 @dataclass
 class VMResult:
-    status: str                       # exited | timeout | panic | died
+    status: str                       # exited | timeout | frozen | panic | died
     exit_code: int | None             # the command's, when it exited
     kernel: str
     accel: str
@@ -76,6 +83,7 @@ class VMResult:
     console: str = ""                 # the guest kernel's console (warnings and worse)
     stderr_tail: str = ""             # the last of vng's/the command's stderr
     timeout: float | None = None
+    silent_for: float | None = None   # frozen: seconds without a heartbeat before the NMI
     boots: int = 1                    # 2: the first never reached the command (see run())
 
     @property
@@ -101,12 +109,15 @@ class VMResult:
             text = f"the VM ({self.kernel}) timed out: killed after {self.timeout:g} s; {where}"
         elif self.status == "panic":
             text = f"the guest kernel {self.kernel} panicked"
+        elif self.status == "frozen":
+            text = (f"the guest ({self.kernel}) froze: its user space did nothing for {self.silent_for:.0f} s; "
+                    f"an NMI then {'made it panic (the stacks below)' if PANIC_RE.search(self.console) else 'got no answer'}")
         else:
             text = f"the VM ({self.kernel}) ended without the command's exit status"
             if self.boot_seconds is None:
                 text += " (it never started: boot failure?)"
-        if self.console.strip():
-            text += f"\n--- guest console (last lines) ---\n{self.console_tail()}"
+        if self.console.strip():  # a frozen guest's: each CPU's stack
+            text += f"\n--- guest console (last lines) ---\n{self.console_tail(120 if self.status == 'frozen' else 40)}"
         if self.status == "died" and self.stderr_tail.strip():
             last = "\n".join(self.stderr_tail.rstrip().splitlines()[-15:])
             text += f"\n--- stderr (last lines) ---\n{last}"
@@ -253,7 +264,9 @@ def _write_script(rundir: str, command: Sequence[str], env: dict[str, str], spec
     q = shlex.quote
     cwd = spec.cwd or os.getcwd()
     lines = ["# ebpfkit vm: the guest side of one run (as root, inside the VM)",
-             f": > {q(rundir + '/started')}"]
+             f": > {q(rundir + '/started')}",
+             f"sh -c 'while date +%s.%N > \"$1\"; do sleep {HEARTBEAT_EVERY}; done' {HEARTBEAT_NAME} "
+             f"{q(rundir + '/heartbeat')} </dev/null >/dev/null 2>&1 &"]
     lines += _cached_view_lines([sys.base_prefix, sys.prefix, cwd])
     cache_dir = env.get("EBPFKIT_CACHE_DIR")
     if cache_dir:
@@ -308,13 +321,18 @@ def _vng_argv(vng: str, spec: VMSpec, accel: str, rundir: str, script: str, cach
     # to /dev/null (or, with -v, into the command's stderr), and panics must be recognisable.
     qemu_opts = (f"-device virtio-serial-pci,id=ebpfkitcon -chardev file,id=ebpfkitcon0,path={console} "
                  f"-device virtconsole,chardev=ebpfkitcon0,bus=ebpfkitcon.0")
+    # a monitor of our own, to send a frozen guest an NMI
+    qemu_opts += f" -chardev socket,id=ebpfkitmon,path={_monitor_path(rundir)},server=on,wait=off -mon chardev=ebpfkitmon"
     # the host's root a second time, read-only, for the cached view (_cached_view_lines)
     qemu_opts += (f" -fsdev local,id=ebpfkithost,path=/,security_model=none,readonly=on,multidevs=remap"
                   f" -device virtio-9p-pci,fsdev=ebpfkithost,mount_tag={CACHED_VIEW_TAG}")
     # softlockup_panic: under TCG a guest CPU once stopped answering IPIs, and the CPU patching a
     # tracepoint's static call waited for it for good; a panic ends such a run at the first
     # soft-lockup report, as a panic the caller knows (the test plugin boots again for the rest)
-    kopts = ["console=hvc0", "loglevel=5", "softlockup_panic=1", GUEST_MARK]
+    # unknown_nmi_panic, panic_print=0x40: an NMI from the host (a frozen guest, _nmi_and_wait)
+    # panics, printing every CPU's stack
+    kopts = ["console=hvc0", "loglevel=5", "softlockup_panic=1", "unknown_nmi_panic=1", "panic_print=0x40",
+             GUEST_MARK]
     if spec.lsm:
         kopts.append(f"lsm={spec.kernel.lsm_list()}")
     kopts += spec.append
@@ -342,6 +360,7 @@ def _supervise(argv, spec: VMSpec, accel: str, rundir: str, on_output) -> VMResu
     boot_seconds = None
     tails = {"stdout": bytearray(), "stderr": bytearray()}
     timed_out = False
+    heartbeat = _Heartbeat(os.path.join(rundir, "heartbeat"), spec.freeze_after)
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env=env, start_new_session=True)
     sel = selectors.DefaultSelector()
@@ -367,7 +386,12 @@ def _supervise(argv, spec: VMSpec, accel: str, rundir: str, on_output) -> VMResu
                     on_output(key.data, data)
             if boot_seconds is None and os.path.exists(stamp):
                 boot_seconds = time.monotonic() - started
-        if not timed_out:
+            if heartbeat.stopped():
+                log.warning("the guest (%s) has done nothing for %.0f s: sending it an NMI",
+                            spec.kernel.release, heartbeat.silent_for)
+                _nmi_and_wait(rundir)
+                break
+        if not timed_out and not heartbeat.frozen:
             try:
                 proc.wait(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
@@ -386,6 +410,8 @@ def _supervise(argv, spec: VMSpec, accel: str, rundir: str, on_output) -> VMResu
     exit_code = _read_exit(os.path.join(rundir, "exit"))
     if timed_out:
         status = "timeout"
+    elif heartbeat.frozen:
+        status = "frozen"
     elif exit_code is not None:
         status = "exited"
     elif PANIC_RE.search(console):
@@ -395,7 +421,61 @@ def _supervise(argv, spec: VMSpec, accel: str, rundir: str, on_output) -> VMResu
     return VMResult(status=status, exit_code=exit_code if status == "exited" else None,
                     kernel=spec.kernel.release, accel=accel, seconds=seconds, boot_seconds=boot_seconds,
                     console=console, stderr_tail=tails["stderr"].decode(errors="replace"),
-                    timeout=spec.timeout)
+                    timeout=spec.timeout, silent_for=heartbeat.silent_for if heartbeat.frozen else None)
+
+
+class _Heartbeat:
+    """The guest's heartbeat file, seen from the host: it stopped when its content has not
+    changed for ``limit`` seconds (counted from its first beat: a boot is not a freeze)."""
+
+    def __init__(self, path: str, limit: float):
+        self.path, self.limit = path, limit
+        self.last, self.changed, self.frozen = None, None, False
+
+    @property
+    def silent_for(self) -> float:
+        return 0.0 if self.changed is None else time.monotonic() - self.changed
+
+    def stopped(self) -> bool:
+        try:
+            with open(self.path, "rb") as f:
+                beat = f.read()
+        except OSError:
+            beat = None
+        if beat and beat != self.last:
+            self.last, self.changed = beat, time.monotonic()
+        self.frozen = self.changed is not None and self.silent_for >= self.limit
+        return self.frozen
+
+
+def _monitor_path(rundir: str) -> str:
+    return os.path.join(rundir, "monitor.sock")
+
+
+def _nmi_and_wait(rundir: str) -> None:
+    """Send the guest an NMI through QEMU's monitor; wait until its console shows the panic
+    that follows (unknown_nmi_panic) or NMI_WAIT passes."""
+    import socket
+
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as mon:
+            mon.settimeout(5)
+            mon.connect(_monitor_path(rundir))
+            mon.sendall(b"nmi\n")
+            seen = b""
+            while seen.count(b"(qemu)") < 2:  # the prompt before the command and the one after it
+                data = mon.recv(4096)
+                if not data:
+                    break
+                seen += data
+    except OSError as exc:
+        log.warning("could not send the guest an NMI: %s", exc)
+        return
+    end = time.monotonic() + NMI_WAIT
+    console = os.path.join(rundir, "console.log")
+    while time.monotonic() < end and not PANIC_RE.search(_read(console)):
+        time.sleep(0.5)
+    time.sleep(5)  # the other CPUs' stacks come after the panic line
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -155,6 +155,27 @@ def test_cli_kills_a_hung_guest_at_the_timeout(vm_kernel):
     assert elapsed < 45 + 20
 
 
+def test_a_guest_whose_user_space_stops_is_sent_an_nmi_and_reported_frozen(vm_kernel):
+    """A guest whose heartbeat stops (here: the test stops the loop that beats, as a frozen
+    guest would) is sent an NMI, panics printing its stacks, and is reported frozen well before
+    the timeout."""
+    from ebpfkit.vm.runner import HEARTBEAT_NAME, VMSpec, run
+
+    started = time.monotonic()
+    output = bytearray()
+    # "[e]": the pattern must not match this shell's own command line
+    result = run(["sh", "-c", f"pkill -STOP -f '[{HEARTBEAT_NAME[0]}]{HEARTBEAT_NAME[1:]}' && echo stopped; sleep 600"],
+                 VMSpec(vm_kernel, timeout=400, freeze_after=20),
+                 on_output=lambda stream, data: output.extend(data))
+    elapsed = time.monotonic() - started
+    assert b"stopped" in output, result.describe()
+    assert result.status == "frozen" and result.exit_code is None, result.describe()
+    assert 20 <= result.silent_for < 40 and elapsed < 200, (result.silent_for, elapsed)
+    text = result.describe()
+    assert "froze: its user space did nothing for" in text and "made it panic" in text, text
+    assert "NMI" in text and "Kernel panic - not syncing" in text, text
+
+
 def test_kvm_probe_waits_for_the_kernel_to_speak(vm_kernel, tmp_path):
     """The probe behind choose_accel(): a kernel that reaches its first console line passes
     (shown under TCG, which always runs); silence fails it, as from a KVM that stalls the

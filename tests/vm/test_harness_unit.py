@@ -86,6 +86,10 @@ def test_vng_command_line():
     append = next(a for a in argv if a.startswith("--append="))
     assert runner.GUEST_MARK in append and "console=hvc0" in append and f"lsm={kernels.FALLBACK_LSMS}" in append
     assert "softlockup_panic=1" in append.split()  # a wedged guest ends as a panic, not at the timeout
+    # a frozen one as a panic too, on the NMI sent through our monitor, printing every CPU's stack
+    assert {"unknown_nmi_panic=1", "panic_print=0x40"} <= set(append.split())
+    opts = next(a for a in argv if a.startswith("--qemu-opts="))
+    assert "path=/tmp/r/monitor.sock,server=on,wait=off -mon chardev=ebpfkitmon" in opts
     assert "--rwdir=/tmp/r" in argv and "--rodir=/run/ebpfkit-vm/host-cache=/var/cache/ebpfkit" in argv
     assert argv[-1] == "--exec=sh /tmp/r/guest.sh"
     kvm = runner._vng_argv("/v/vng", _spec(), "kvm", "/tmp/r", "/tmp/r/guest.sh", None)
@@ -98,6 +102,7 @@ def test_guest_script_records_start_and_exit_status(tmp_path):
     path = runner._write_script(str(tmp_path), ["python", "-c", "print('hi there')"], env, _spec(cwd="/work"))
     text = open(path).read()
     assert f": > {tmp_path}/started" in text
+    assert f"{runner.HEARTBEAT_NAME} {tmp_path}/heartbeat </dev/null >/dev/null 2>&1 &" in text
     assert "export X='a b'" in text and "export EBPFKIT_IN_VM=1" in text
     assert "mount -t overlay" in text and "lowerdir=/run/ebpfkit-vm/host-cache" in text
     assert "python -c 'print('\"'\"'hi there'\"'\"')'" in text
@@ -113,6 +118,22 @@ OOPS_CONSOLE = "\n".join(["[ 1.0] booting"] * 50 + [
     "[415.1] BUG: unable to handle page fault for address: 00007f49a495a206",
     "[415.1] RIP: 0010:some_function+0x12/0x80"] + ["[415.3]  frame"] * 5 + [
     "[415.7] Kernel panic - not syncing: Fatal exception in interrupt"])
+
+
+def test_the_heartbeat_stops_after_the_limit_of_silence_counted_from_its_first_beat(tmp_path, monkeypatch):
+    now = [100.0]
+    monkeypatch.setattr(runner.time, "monotonic", lambda: now[0])
+    path = tmp_path / "heartbeat"
+    beat = runner._Heartbeat(str(path), 150.0)
+    now[0] += 1000
+    assert not beat.stopped()  # no beat yet: still booting
+    for text in ("1.0", "6.0"):
+        path.write_text(text)
+        assert not beat.stopped()
+        now[0] += 149
+        assert not beat.stopped()  # the same beat, read again: 149 s of silence
+    now[0] += 1
+    assert beat.stopped() and beat.frozen and beat.silent_for == 150
 
 
 def test_describe_a_panic_starts_at_the_oops_that_led_to_it():
@@ -314,9 +335,9 @@ def test_a_boot_that_never_reached_the_command_is_booted_once_more(monkeypatch, 
         assert any("booting it once more" in r.getMessage() for r in caplog.records) == (boots == 2)
 
 
-def test_a_guest_that_panicked_mid_run_is_booted_once_more_for_the_unfinished(tmp_path, monkeypatch):
-    """The plugin boots a guest that panicked while tests ran once more, for the tests that had
-    not finished; a second panic is reported as it is, and so is a boot that never reached the
+def test_a_guest_that_panicked_or_froze_mid_run_is_booted_once_more_for_the_unfinished(tmp_path, monkeypatch):
+    """The plugin boots a guest that panicked or froze while tests ran once more, for the tests
+    that had not finished; a second crash is reported as it is, and so is a boot that never reached the
     tests (run() has booted it twice), a test's own failure and a guest that died mid-run."""
     monkeypatch.setattr(host, "require", lambda: None)
     code, got = collect_nested(tmp_path, monkeypatch, MULTI_KERNEL)
@@ -324,8 +345,9 @@ def test_a_guest_that_panicked_mid_run_is_booted_once_more_for_the_unfinished(tm
     never_started = VMResult("panic", None, "6.12", "tcg", 4.5, None, console="Kernel panic - not syncing")
     retried = VMResult("exited", 0, "6.12", "tcg", 50.0, 30.0, boots=2)  # run() booted twice
     mid_run_panic = VMResult("panic", None, "6.12", "tcg", 40.0, 30.0, console="Kernel panic - not syncing")
+    frozen = VMResult("frozen", None, "6.1", "tcg", 200.0, 30.0, console="NMI: Not continuing", silent_for=150.0)
     for outcomes, boots in (([exited], 1), ([never_started], 1), ([retried], 1), ([mid_run_panic, exited], 2),
-                            ([mid_run_panic, mid_run_panic], 2),
+                            ([mid_run_panic, mid_run_panic], 2), ([frozen, exited], 2), ([frozen, frozen], 2),
                             ([VMResult("died", None, "6.12", "kvm", 40.0, 30.0)], 1)):
         calls = []
         monkeypatch.setattr(runner, "run", lambda command, spec, on_output=None: calls.append(spec)

@@ -28,7 +28,7 @@ forwarded. The guest sees this machine's files read-only (writes to /tmp, /var, 
 in the guest) and reuses this machine's ebpfkit compile cache.
 \b
 Exit status: the command's; 124 when --timeout killed the VM; 125 when the guest died
-without one (kernel panic, boot failure: the console's last lines are shown).
+without one (kernel panic, a frozen guest, boot failure: the console's last lines are shown).
 """
 
 
