@@ -88,8 +88,11 @@ class Map(MutableMapping):
         self.key_size = L.lib.bpf_map__key_size(ptr)
         self.value_size = L.lib.bpf_map__value_size(ptr)
         self._btf = btf
-        self._key_codec = self._codec(L.lib.bpf_map__btf_key_type_id(ptr), self.key_size)
-        self._value_codec = self._codec(L.lib.bpf_map__btf_value_type_id(ptr), self.value_size)
+        # the key's and value's BTF type ids in ``btf`` (0: none)
+        self.key_type_id = L.lib.bpf_map__btf_key_type_id(ptr)
+        self.value_type_id = L.lib.bpf_map__btf_value_type_id(ptr)
+        self._key_codec = self._codec(self.key_type_id, self.key_size)
+        self._value_codec = self._codec(self.value_type_id, self.value_size)
         self.per_cpu = self.type in PER_CPU_MAPS
         self._ncpus = possible_cpu_count() if self.per_cpu else 1
         self._batch_ok: bool | None = None
@@ -145,6 +148,13 @@ class Map(MutableMapping):
     def autocreate(self, value: bool) -> None:
         if L.lib.bpf_map__set_autocreate(self._ptr, bool(value)):
             raise MapError(f"autocreate of map '{self.name}' can only change before load()")
+
+    def reuse_fd(self, fd: int) -> None:
+        """Before load: use the existing map ``fd`` (of the same shape) instead of creating
+        one, so programs loaded apart share it."""
+        err = L.lib.bpf_map__reuse_fd(self._ptr, fd)
+        if err:
+            raise MapError(f"map '{self.name}' cannot reuse fd {fd}: {os.strerror(-err)}")
 
     def __repr__(self):
         return f"<Map {self.name} {self.type.name.lower()} max_entries={self.max_entries}>"

@@ -5,6 +5,7 @@ tree."""
 from __future__ import annotations
 
 import os
+from typing import NamedTuple
 
 EVENT_SOURCES = "/sys/bus/event_source/devices"
 TRACING = "/sys/kernel/tracing"
@@ -23,6 +24,30 @@ def hardware_pmu(devices_root: str = EVENT_SOURCES) -> bool:
 def tracepoint_exists(group: str, name: str, tracing_root: str = TRACING) -> bool:
     """True when tracefs (mounted at ``tracing_root``) lists the tracepoint group/name."""
     return os.path.isdir(os.path.join(tracing_root, "events", group, name))
+
+
+class TracepointField(NamedTuple):
+    """One field of a tracepoint's record, as its tracefs ``format`` file declares it."""
+    declaration: str  # "const char * filename", "__data_loc char[] name", "char comm[16]"
+    offset: int
+    size: int
+    signed: bool
+
+
+def tracepoint_fields(group: str, name: str, tracing_root: str = TRACING) -> list[TracepointField]:
+    """The fields of tracepoint group/name's record, in order; raises OSError when tracefs
+    lists no such tracepoint."""
+    with open(os.path.join(tracing_root, "events", group, name, "format")) as f:
+        lines = f.read().splitlines()
+    fields = []
+    for line in lines:
+        line = line.strip()
+        if not line.startswith("field:"):
+            continue
+        parts = dict(p.strip().split(":", 1) for p in line.rstrip(";").split(";") if ":" in p)
+        fields.append(TracepointField(parts["field"].strip(), int(parts["offset"]), int(parts["size"]),
+                                      parts.get("signed", "0").strip() == "1"))
+    return fields
 
 
 def kallsyms_lists(names: set[str], kallsyms: str = "/proc/kallsyms") -> set[str]:

@@ -1,0 +1,310 @@
+"""``BPF``: BCC's Python API on ebpfkit's engine.
+
+The program is translated (translate.py), compiled once by the engine against the kernel's
+BTF, and its maps are created at once; each function is loaded when it is attached (BCC's
+``load_func``), in an object of its own that reuses those maps, so the type a function
+gets can come from the attach call, as in BCC. Functions named for their hook
+(``kprobe__``, ``tracepoint__``, ``TRACEPOINT_PROBE``, ...) attach in the constructor."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import select
+
+from ..errors import EbpfkitError, NotSupportedError
+from ..engine.constants import ProgType
+from . import table as tables
+from .table import _say
+
+_KIND_TYPES = {"kprobe": ProgType.KPROBE, "kretprobe": ProgType.KPROBE, "tracepoint": ProgType.TRACEPOINT,
+               "raw_tracepoint": ProgType.RAW_TRACEPOINT}
+
+
+class BPF:
+    # BCC's program-type constants (load_func's second argument)
+    SOCKET_FILTER, KPROBE, SCHED_CLS, SCHED_ACT, TRACEPOINT, XDP, PERF_EVENT = 1, 2, 3, 4, 5, 6, 7
+    RAW_TRACEPOINT, TRACING, LSM = 17, 26, 29
+
+    def __init__(self, src_file=b"", hdr_file=b"", text=None, debug=0, cflags=None, usdt_contexts=None,
+                 allow_rlimit=True, device=None, attach_usdt_ignore_pid=False):
+        self._objects: dict[str, object] = {}   # function -> the object it was loaded in
+        self._links: dict[tuple, object] = {}   # (kind, target, function) -> link
+        self._readers: list = []
+        self._maps = None
+        self._tables: dict[str, tables.TableBase] = {}
+        source, name = _source(src_file, text)
+        self._name = name
+        self._cflags = [c.decode() if isinstance(c, bytes) else c for c in (cflags or [])]
+        self._translation = _translate(source, name, self._cflags)
+        self._obj_path = self._compile()
+        self._maps = self._open().load()
+        self._btf = self._maps.btf
+        try:
+            self._attach_named()
+        except BaseException:
+            self.cleanup()
+            raise
+
+    # --- loading ---
+
+    def _compile(self) -> str:
+        from .. import engine
+        from .translate import INCLUDE_DIR
+
+        spec = engine.compile(text=self._translation.source, name=f"{self._name}.bcc.bpf.c",
+                              cflags=[f"-I{INCLUDE_DIR}", *self._cflags])
+        path = spec.path
+        spec.close()
+        return path
+
+    def _open(self, only: str | None = None, prog_type: int | None = None):
+        """The object opened again: no program (the maps), or just ``only``, reusing the maps."""
+        from .. import engine
+
+        spec = engine.open_object(self._obj_path, name=self._name[:15])
+        for prog in spec.programs.values():
+            prog.autoload = prog.name == only
+        if only is not None:
+            if prog_type is not None:
+                spec.programs[only].set_type(int(prog_type))
+            for map_name, m in spec.maps.items():
+                m.reuse_fd(self._maps.maps[map_name].fd)
+        return spec
+
+    def load_func(self, func_name, prog_type, device=None, attach_type=-1):
+        """Load function ``func_name`` as a program of ``prog_type`` (once); its Program."""
+        name = _text(func_name)
+        if name not in self._translation.probes:
+            raise EbpfkitError(f"no function '{name}' in the BPF program; its functions: "
+                               f"{', '.join(self._translation.probes) or 'none'}")
+        obj = self._objects.get(name)
+        if obj is None:
+            obj = self._open(name, prog_type).load()
+            self._objects[name] = obj
+        return obj.programs[name]
+
+    def _attach_named(self) -> None:
+        for probe in self._translation.probes.values():
+            if probe.kind == "tracepoint":
+                self.attach_tracepoint(tp=probe.target.replace("/", ":"), fn_name=probe.name)
+            elif probe.kind == "raw_tracepoint":
+                self.attach_raw_tracepoint(tp=probe.target, fn_name=probe.name)
+            elif probe.kind in ("kprobe", "kretprobe"):
+                (self.attach_kretprobe if probe.kind == "kretprobe" else self.attach_kprobe)(
+                    event=probe.target, fn_name=probe.name)
+            elif probe.kind is not None:
+                raise NotSupportedError(f"{probe.kind} probes", f"{probe.name}: {probe.kind} functions are not "
+                                        "supported by ebpfkit.bcc yet")
+
+    # --- attaching ---
+
+    def attach_tracepoint(self, tp=b"", tp_re=b"", fn_name=b""):
+        category, _, event = _text(tp).partition(":")
+        if not event:
+            raise EbpfkitError(f"tracepoint '{_text(tp)}': write it category:event (e.g. sched:sched_switch)")
+        prog = self.load_func(fn_name, self.TRACEPOINT)
+        self._links[("tracepoint", _text(tp), _text(fn_name))] = prog.attach_tracepoint(category, event)
+
+    def detach_tracepoint(self, tp=b"", fn_name=None):
+        self._detach("tracepoint", _text(tp), fn_name)
+
+    def attach_raw_tracepoint(self, tp=b"", fn_name=b""):
+        prog = self.load_func(fn_name, self.RAW_TRACEPOINT)
+        self._links[("raw_tracepoint", _text(tp), _text(fn_name))] = prog.attach_raw_tracepoint(_text(tp))
+
+    def detach_raw_tracepoint(self, tp=b"", fn_name=None):
+        self._detach("raw_tracepoint", _text(tp), fn_name)
+
+    def attach_kprobe(self, event=b"", event_off=0, fn_name=b"", event_re=b""):
+        _require_kprobes(_text(fn_name))
+        prog = self.load_func(fn_name, self.KPROBE)
+        self._links[("kprobe", _text(event), _text(fn_name))] = prog.attach_kprobe(_text(event), offset=event_off)
+
+    def attach_kretprobe(self, event=b"", fn_name=b"", event_re=b"", maxactive=0):
+        _require_kprobes(_text(fn_name))
+        prog = self.load_func(fn_name, self.KPROBE)
+        self._links[("kretprobe", _text(event), _text(fn_name))] = prog.attach_kprobe(_text(event), retprobe=True)
+
+    def detach_kprobe(self, event=b"", fn_name=None):
+        self._detach("kprobe", _text(event), fn_name)
+
+    def detach_kretprobe(self, event=b"", fn_name=None):
+        self._detach("kretprobe", _text(event), fn_name)
+
+    def _detach(self, kind: str, target: str, fn_name) -> None:
+        keys = [k for k in self._links if k[:2] == (kind, target) and (fn_name is None or k[2] == _text(fn_name))]
+        if not keys:
+            raise EbpfkitError(f"no {kind} attached at '{target}'")
+        for key in keys:
+            self._links.pop(key).close()
+
+    # --- tables and events ---
+
+    def get_table(self, name, keytype=None, leaftype=None, reducer=None):
+        name = _text(name)
+        if name not in self._tables:
+            engine_map = self._maps.maps.get(name)
+            if engine_map is None:
+                raise KeyError(f"no table '{name}' in the BPF program; its tables: {', '.join(self._maps.maps)}")
+            self._tables[name] = tables.table(self, engine_map, self._translation.events.get(name))
+        return self._tables[name]
+
+    def __getitem__(self, name):
+        return self.get_table(name)
+
+    def __contains__(self, name):
+        return _text(name) in self._maps.maps
+
+    def perf_buffer_poll(self, timeout=-1):
+        """Deliver the events of every open perf buffer (wait up to ``timeout`` ms; -1: until one)."""
+        self._poll([r for r in self._readers if r.kind == "perf buffer"], timeout)
+
+    def ring_buffer_poll(self, timeout=-1):
+        self._poll([r for r in self._readers if r.kind == "ring buffer"], timeout)
+
+    def ring_buffer_consume(self):
+        self._poll([r for r in self._readers if r.kind == "ring buffer"], 0)
+
+    def _poll(self, readers, timeout) -> None:
+        if not readers:
+            raise EbpfkitError("no buffer is open: call open_perf_buffer()/open_ring_buffer() on a table first")
+        if len(readers) == 1:
+            readers[0].poll(timeout)
+            return
+        ep = select.epoll()
+        try:
+            for i, r in enumerate(readers):
+                ep.register(r.epoll_fd, select.EPOLLIN)
+            ep.poll(-1 if timeout is None or timeout < 0 else timeout / 1000)
+        finally:
+            ep.close()
+        for r in readers:
+            r.poll(0)
+
+    # --- the trace pipe ---
+
+    def trace_fields(self, nonblocking=False):
+        """(task, pid, cpu, flags, timestamp, message) of the next bpf_trace_printk line."""
+        while True:
+            line = self._trace_line(nonblocking)
+            if line is None:
+                return (None,) * 6
+            fields = _trace_fields(line)
+            if fields:
+                return fields
+
+    def trace_print(self, fmt=None):
+        while True:
+            fields = self.trace_fields()
+            if fmt:
+                task, pid, cpu, flags, ts, msg = fields
+                _say(fmt.format(task=task, pid=pid, cpu=cpu, flags=flags, ts=ts, msg=msg))
+            else:
+                _say(fields[5].decode(errors="replace"))
+
+    def _trace_line(self, nonblocking: bool):
+        from ..engine.mounts import ensure_tracefs
+
+        if getattr(self, "_trace", None) is None:
+            self._trace = open(os.path.join(ensure_tracefs(), "trace_pipe"), "rb")
+            if nonblocking:
+                os.set_blocking(self._trace.fileno(), False)
+        line = self._trace.readline()
+        return line.decode(errors="replace").rstrip("\n") if line else None
+
+    # --- facts BCC scripts ask for ---
+
+    @staticmethod
+    def tracepoint_exists(category, event) -> bool:
+        from ..sysinfo.events import tracepoint_exists
+
+        return tracepoint_exists(_text(category), _text(event))
+
+    @staticmethod
+    def support_raw_tracepoint() -> bool:
+        return True
+
+    def get_syscall_fnname(self, name):
+        return f"__x64_sys_{_text(name)}".encode()
+
+    # --- the end ---
+
+    def cleanup(self) -> None:
+        for link in self._links.values():
+            link.close()
+        self._links.clear()
+        for reader in self._readers:
+            reader.close()
+        self._readers.clear()
+        for obj in self._objects.values():
+            obj.close()
+        self._objects.clear()
+        if self._maps is not None:
+            self._maps.close()
+            self._maps = None
+        if getattr(self, "_trace", None) is not None:
+            self._trace.close()
+            self._trace = None
+
+    close = cleanup
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.cleanup()
+
+
+def _require_kprobes(fn_name: str) -> None:
+    from ..engine import features
+
+    found = features.probe("kprobe")
+    if found.status == features.UNSUPPORTED:
+        raise NotSupportedError("kprobes", f"{fn_name}: this kernel has no kprobes ({found.reason})",
+                                hint="attach it to a tracepoint instead (TRACEPOINT_PROBE, attach_tracepoint)")
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _source(src_file, text) -> tuple[str, str]:
+    if text:
+        text = _text(text)
+        return text, "bcc_" + hashlib.sha256(text.encode()).hexdigest()[:8]
+    path = _text(src_file)
+    if not path:
+        raise EbpfkitError("BPF() needs text= or src_file=")
+    try:
+        with open(path) as f:
+            return f.read(), os.path.basename(path).split(".")[0]
+    except OSError as exc:
+        raise EbpfkitError(f"cannot read the BPF program {path}: {exc.strerror}") from None
+
+
+def _translate(source: str, name: str, cflags):
+    from ..engine.btf import find_kernel_btf
+    from ..engine.compiler import Compiler
+    from .translate import translate
+
+    vmlinux_h = Compiler(btf=find_kernel_btf(None)).btf.vmlinux_h()
+    return translate(source, vmlinux_h, name, cflags)
+
+
+def _trace_fields(line: str):
+    """``<task>-<pid> [cpu] flags ts: bpf_trace_printk: msg`` -> its fields (None: another line)."""
+    head, sep, msg = line.partition(": ")
+    if not sep or "[" not in head:
+        return None
+    task_pid, _, rest = head.partition("[")
+    task, _, pid = task_pid.strip().rpartition("-")
+    cpu, _, rest = rest.partition("]")
+    parts = rest.split()
+    ts = parts[-1].rstrip(":") if parts else ""
+    flags = parts[0] if len(parts) > 1 else ""
+    msg = msg.split(": ", 1)[1] if msg.startswith("bpf_trace_printk: ") else msg
+    try:
+        return task.encode(), int(pid), int(cpu), flags.encode(), float(ts), msg.encode()
+    except ValueError:
+        return None

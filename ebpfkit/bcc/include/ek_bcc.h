@@ -1,0 +1,235 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* BCC's C dialect over vmlinux.h and libbpf's headers: what ebpfkit.bcc's translator puts
+ * in front of a BCC program (see translate.py).
+ *
+ * A table macro (BPF_HASH, BPF_ARRAY, ...) declares a BTF-defined map. When the translator
+ * parses the program (EK_BCC_PARSE), each table also has one function-pointer member per
+ * BCC method, so `counts.increment(key)` is a well-typed call in the syntax tree; the
+ * translator turns each such call into `__ek_increment(counts, key)`, defined below. */
+#pragma once
+
+/* ---- the member list of a table's struct ---- */
+#ifdef EK_BCC_PARSE
+#define __EK_KV_METHODS(K, V)                                                                     \
+	V *(*lookup)(K *);                                                                        \
+	V *(*lookup_or_init)(K *, V *);                                                           \
+	V *(*lookup_or_try_init)(K *, V *);                                                       \
+	int (*update)(K *, V *);                                                                  \
+	int (*insert)(K *, V *);                                                                  \
+	int (*delete)(K *);                                                                       \
+	void (*increment)(K, ...);                                                                \
+	void (*atomic_increment)(K, ...);
+#define __EK_PERF_METHODS                                                                         \
+	int (*perf_submit)(void *, void *, __u32);                                                \
+	int (*perf_submit_skb)(void *, __u32, void *, __u32);
+#define __EK_RINGBUF_METHODS                                                                      \
+	int (*ringbuf_output)(void *, __u64, __u64);                                              \
+	void *(*ringbuf_reserve)(__u64);                                                          \
+	void (*ringbuf_submit)(void *, __u64);                                                    \
+	void (*ringbuf_discard)(void *, __u64);
+#define __EK_STACK_METHODS int (*get_stackid)(void *, __u64);
+#define __EK_MAPS_SECTION
+#else
+#define __EK_KV_METHODS(K, V)
+#define __EK_PERF_METHODS
+#define __EK_RINGBUF_METHODS
+#define __EK_STACK_METHODS
+#define __EK_MAPS_SECTION SEC(".maps")
+#endif
+
+/* ---- argument-count dispatch: NAME(a), NAME(a, b), ... -> NAME1(a), NAME2(a, b), ... ---- */
+#define __EK_CAT(a, b) a##b
+#define __EK_XCAT(a, b) __EK_CAT(a, b)
+#define __EK_NARG(...) __EK_NARG_(__VA_ARGS__, 6, 5, 4, 3, 2, 1, 0)
+#define __EK_NARG_(_1, _2, _3, _4, _5, _6, N, ...) N
+#define __EK_DISPATCH(name, ...) __EK_XCAT(name, __EK_NARG(__VA_ARGS__))(__VA_ARGS__)
+
+#define __EK_KV_TABLE(maptype, K, V, N, name)                                                     \
+	struct {                                                                                  \
+		__uint(type, maptype);                                                            \
+		__uint(max_entries, N);                                                           \
+		__type(key, K);                                                                   \
+		__type(value, V);                                                                 \
+		__EK_KV_METHODS(K, V)                                                             \
+	} name __EK_MAPS_SECTION
+
+/* BPF_TABLE("hash", K, V, name, N) and friends: the translator rewrites the type string
+ * into the macro's name (BPF_TABLE("lru_hash", ...) -> __EK_TABLE_lru_hash(...)) */
+#define __EK_TABLE_hash(K, V, name, N) __EK_KV_TABLE(BPF_MAP_TYPE_HASH, K, V, N, name)
+#define __EK_TABLE_array(K, V, name, N) __EK_KV_TABLE(BPF_MAP_TYPE_ARRAY, K, V, N, name)
+#define __EK_TABLE_percpu_hash(K, V, name, N) __EK_KV_TABLE(BPF_MAP_TYPE_PERCPU_HASH, K, V, N, name)
+#define __EK_TABLE_percpu_array(K, V, name, N) __EK_KV_TABLE(BPF_MAP_TYPE_PERCPU_ARRAY, K, V, N, name)
+#define __EK_TABLE_lru_hash(K, V, name, N) __EK_KV_TABLE(BPF_MAP_TYPE_LRU_HASH, K, V, N, name)
+#define __EK_TABLE_lru_percpu_hash(K, V, name, N) __EK_KV_TABLE(BPF_MAP_TYPE_LRU_PERCPU_HASH, K, V, N, name)
+/* BCC: a histogram keyed by int is an array, by anything else a hash */
+#define __EK_TABLE_histogram(K, V, name, N)                                                      \
+	__EK_KV_TABLE(__builtin_types_compatible_p(K, int) ? BPF_MAP_TYPE_ARRAY : BPF_MAP_TYPE_HASH, K, V, N, name)
+#define BPF_TABLE(kind, K, V, name, N) __EK_TABLE_##kind(K, V, name, N)
+
+#define BPF_HASH(...) __EK_DISPATCH(__EK_HASH, __VA_ARGS__)
+#define __EK_HASH1(name) __EK_HASH4(name, u64, u64, 10240)
+#define __EK_HASH2(name, K) __EK_HASH4(name, K, u64, 10240)
+#define __EK_HASH3(name, K, V) __EK_HASH4(name, K, V, 10240)
+#define __EK_HASH4(name, K, V, N) __EK_TABLE_hash(K, V, name, N)
+
+#define BPF_LRU_HASH(...) __EK_DISPATCH(__EK_LRU, __VA_ARGS__)
+#define __EK_LRU1(name) __EK_LRU4(name, u64, u64, 10240)
+#define __EK_LRU2(name, K) __EK_LRU4(name, K, u64, 10240)
+#define __EK_LRU3(name, K, V) __EK_LRU4(name, K, V, 10240)
+#define __EK_LRU4(name, K, V, N) __EK_TABLE_lru_hash(K, V, name, N)
+
+#define BPF_PERCPU_HASH(...) __EK_DISPATCH(__EK_PCPU_HASH, __VA_ARGS__)
+#define __EK_PCPU_HASH1(name) __EK_PCPU_HASH4(name, u64, u64, 10240)
+#define __EK_PCPU_HASH2(name, K) __EK_PCPU_HASH4(name, K, u64, 10240)
+#define __EK_PCPU_HASH3(name, K, V) __EK_PCPU_HASH4(name, K, V, 10240)
+#define __EK_PCPU_HASH4(name, K, V, N) __EK_TABLE_percpu_hash(K, V, name, N)
+
+#define BPF_ARRAY(...) __EK_DISPATCH(__EK_ARRAY, __VA_ARGS__)
+#define __EK_ARRAY1(name) __EK_ARRAY3(name, u64, 10240)
+#define __EK_ARRAY2(name, V) __EK_ARRAY3(name, V, 10240)
+#define __EK_ARRAY3(name, V, N) __EK_TABLE_array(int, V, name, N)
+
+#define BPF_PERCPU_ARRAY(...) __EK_DISPATCH(__EK_PCPU_ARRAY, __VA_ARGS__)
+#define __EK_PCPU_ARRAY1(name) __EK_PCPU_ARRAY3(name, u64, 10240)
+#define __EK_PCPU_ARRAY2(name, V) __EK_PCPU_ARRAY3(name, V, 10240)
+#define __EK_PCPU_ARRAY3(name, V, N) __EK_TABLE_percpu_array(int, V, name, N)
+
+#define BPF_HISTOGRAM(...) __EK_DISPATCH(__EK_HIST, __VA_ARGS__)
+#define __EK_HIST1(name) __EK_HIST3(name, int, 64)
+#define __EK_HIST2(name, K) __EK_HIST3(name, K, 64)
+#define __EK_HIST3(name, K, N) __EK_TABLE_histogram(K, u64, name, N)
+
+#define BPF_PERF_OUTPUT(name)                                                                     \
+	struct {                                                                                  \
+		__uint(type, BPF_MAP_TYPE_PERF_EVENT_ARRAY);                                      \
+		__uint(key_size, sizeof(int));                                                    \
+		__uint(value_size, sizeof(__u32));                                                \
+		__EK_PERF_METHODS                                                                 \
+	} name __EK_MAPS_SECTION
+
+#define BPF_RINGBUF_OUTPUT(name, pages)                                                           \
+	struct {                                                                                  \
+		__uint(type, BPF_MAP_TYPE_RINGBUF);                                               \
+		__uint(max_entries, (pages) * 4096);                                              \
+		__EK_RINGBUF_METHODS                                                              \
+	} name __EK_MAPS_SECTION
+
+#define BPF_STACK_TRACE(name, N)                                                                  \
+	struct {                                                                                  \
+		__uint(type, BPF_MAP_TYPE_STACK_TRACE);                                           \
+		__uint(max_entries, N);                                                           \
+		__uint(key_size, sizeof(__u32));                                                  \
+		__uint(value_size, 127 * sizeof(__u64));                                          \
+		__EK_STACK_METHODS                                                                \
+	} name __EK_MAPS_SECTION
+
+/* ---- the methods, as the translator writes them: __ek_<method>(table, args...) ---- */
+#define __ek_lookup(t, k) bpf_map_lookup_elem(&t, k)
+#define __ek_update(t, k, v) bpf_map_update_elem(&t, k, v, BPF_ANY)
+#define __ek_insert(t, k, v) bpf_map_update_elem(&t, k, v, BPF_NOEXIST)
+#define __ek_delete(t, k) bpf_map_delete_elem(&t, k)
+#define __ek_lookup_or_try_init(t, k, init)                                                       \
+	({                                                                                        \
+		typeof(*(t).value) *__ek_v = bpf_map_lookup_elem(&t, k);                          \
+		if (!__ek_v) {                                                                    \
+			bpf_map_update_elem(&t, k, init, BPF_NOEXIST);                            \
+			__ek_v = bpf_map_lookup_elem(&t, k);                                      \
+		}                                                                                 \
+		__ek_v;                                                                           \
+	})
+#define __ek_lookup_or_init(t, k, init) __ek_lookup_or_try_init(t, k, init)
+/* exact under concurrency: a missing entry is created zeroed (only one creator wins), then
+ * every caller adds atomically */
+#define __ek_increment(t, ...) __EK_XCAT(__ek_increment, __EK_NARG(__VA_ARGS__))(t, __VA_ARGS__)
+#define __ek_increment1(t, k) __ek_increment2(t, k, 1)
+/* (parameters named apart from the members .key and .value they sit beside) */
+#define __ek_increment2(t, k, n)                                                                  \
+	({                                                                                        \
+		typeof(*(t).key) __ek_k = (k);                                                    \
+		typeof(*(t).value) *__ek_v = bpf_map_lookup_elem(&t, &__ek_k);                    \
+		if (!__ek_v) {                                                                    \
+			typeof(*(t).value) __ek_zero = 0;                                         \
+			bpf_map_update_elem(&t, &__ek_k, &__ek_zero, BPF_NOEXIST);                \
+			__ek_v = bpf_map_lookup_elem(&t, &__ek_k);                                \
+		}                                                                                 \
+		if (__ek_v)                                                                       \
+			__sync_fetch_and_add(__ek_v, (n));                                        \
+	})
+#define __ek_atomic_increment(t, ...) __ek_increment(t, __VA_ARGS__)
+#define __ek_perf_submit(t, ctx, data, size) bpf_perf_event_output(ctx, &t, BPF_F_CURRENT_CPU, data, size)
+#define __ek_perf_submit_skb(t, ctx, skb_len, data, size)                                         \
+	bpf_perf_event_output(ctx, &t, ((__u64)(skb_len) << 32) | BPF_F_CURRENT_CPU, data, size)
+#define __ek_ringbuf_output(t, data, size, flags) bpf_ringbuf_output(&t, data, size, flags)
+#define __ek_ringbuf_reserve(t, size) bpf_ringbuf_reserve(&t, size, 0)
+#define __ek_ringbuf_submit(t, data, flags) bpf_ringbuf_submit(data, flags)
+#define __ek_ringbuf_discard(t, data, flags) bpf_ringbuf_discard(data, flags)
+#define __ek_get_stackid(t, ctx, flags) bpf_get_stackid(ctx, &t, flags)
+
+/* ---- probes declared by name ---- */
+#define TRACEPOINT_PROBE(category, event)                                                         \
+	SEC("tracepoint/" #category "/" #event)                                                   \
+	int tracepoint__##category##__##event(struct tracepoint__##category##__##event *args)
+#define RAW_TRACEPOINT_PROBE(event)                                                               \
+	SEC("raw_tracepoint/" #event)                                                             \
+	int raw_tracepoint__##event(struct bpf_raw_tracepoint_args *ctx)
+
+/* ---- BCC's helper spellings ---- */
+/* BCC's bpf_trace_printk takes the format alone (libbpf's helper also takes its size) */
+#define bpf_trace_printk(fmt, ...)                                                                \
+	({                                                                                        \
+		static const char __ek_fmt[] = fmt;                                               \
+		((long (*)(const char *, __u32, ...))BPF_FUNC_trace_printk)(__ek_fmt, sizeof(__ek_fmt), \
+									    ##__VA_ARGS__);               \
+	})
+#define bpf_probe_read(dst, size, src) bpf_probe_read_kernel(dst, size, src)
+#define bpf_probe_read_str(dst, size, src) bpf_probe_read_kernel_str(dst, size, src)
+#define lock_xadd(ptr, val) ((void)__sync_fetch_and_add(ptr, val))
+#define bpf_get_current_task_btf_ptr() ((struct task_struct *)bpf_get_current_task())
+
+#ifndef TASK_COMM_LEN
+#define TASK_COMM_LEN 16
+#endif
+#ifndef PERF_MAX_STACK_DEPTH
+#define PERF_MAX_STACK_DEPTH 127
+#endif
+#ifndef BPF_F_CURRENT_CPU
+#define BPF_F_CURRENT_CPU 0xffffffffULL
+#endif
+#ifndef BPF_F_USER_STACK
+#define BPF_F_USER_STACK (1ULL << 8)
+#endif
+#ifndef BPF_F_REUSE_STACKID
+#define BPF_F_REUSE_STACKID (1ULL << 10)
+#endif
+#define __user
+
+/* ---- a tracepoint's __data_loc fields (args->data_loc_<field>: length << 16 | offset) ---- */
+#define TP_DATA_LOC_READ_CONST(dst, field, length)                                                \
+	bpf_probe_read_kernel((void *)(dst), (length), (char *)args + (args->data_loc_##field & 0xFFFF))
+#define TP_DATA_LOC_READ(dst, field)                                                              \
+	bpf_probe_read_kernel((void *)(dst), (args->data_loc_##field >> 16),                      \
+			      (char *)args + (args->data_loc_##field & 0xFFFF))
+#define TP_DATA_LOC_READ_STR(dst, field, length)                                                  \
+	bpf_probe_read_kernel_str((void *)(dst), (length), (char *)args + (args->data_loc_##field & 0xFFFF))
+
+/* ---- BCC's log2 slots: bpf_log2l(v) is 1 + floor(log2(v)) (1 for 0), the slot that
+ * print_log2_hist() shows as 2^(n-1) -> 2^n - 1 ("0 -> 1" for slot 1) ---- */
+static __always_inline unsigned int bpf_log2(unsigned int v)
+{
+	unsigned int bits = 0, step;
+
+	step = (v >= (1U << 16)) << 4; v >>= step; bits += step;
+	step = (v >= (1U << 8)) << 3; v >>= step; bits += step;
+	step = (v >= (1U << 4)) << 2; v >>= step; bits += step;
+	step = (v >= (1U << 2)) << 1; v >>= step; bits += step;
+	return bits + (v >> 1);
+}
+
+static __always_inline unsigned int bpf_log2l(unsigned long v)
+{
+	unsigned int high = v >> 32;
+
+	return high ? bpf_log2(high) + 33 : bpf_log2(v) + 1;
+}
+
+#define BPF_LICENSE(name) char _license[] SEC("license") = #name

@@ -1,0 +1,268 @@
+"""BCC's table classes over the engine's maps: keys and values are ctypes objects (Key and
+Leaf made from the map's BTF), as BCC scripts expect; bytes go through the engine."""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import MutableMapping
+
+from ..engine.constants import MapType
+from ..errors import MapError
+from .ctypes_btf import ctype
+
+
+class TableBase(MutableMapping):
+    """A hash-like table: ``t[key]`` (a Key, or what Key() takes), ``items()``, ``clear()``."""
+
+    def __init__(self, bpf, engine_map, event_type: str | None = None):
+        self.bpf, self.map, self.name = bpf, engine_map, engine_map.name
+        self._raw = engine_map.raw
+        self.Key = _ctype_of(engine_map, "key")
+        self.Leaf = _ctype_of(engine_map, "value")
+        self._event_type = event_type
+
+    # --- keys and values ---
+
+    def _key(self, key) -> bytes:
+        if not isinstance(key, self.Key):
+            key = self.Key(key.value if hasattr(key, "value") and not isinstance(key, ctypes.Structure) else key)
+        return bytes(key)
+
+    def _leaf(self, value) -> bytes:
+        if not isinstance(value, self.Leaf):
+            value = self.Leaf(value.value if hasattr(value, "value") else value)
+        return bytes(value)
+
+    def _decode(self, raw: bytes):
+        return self.Leaf.from_buffer_copy(raw[:ctypes.sizeof(self.Leaf)])
+
+    def __getitem__(self, key):
+        raw = self._raw.lookup(self._key(key))
+        if raw is None:
+            raise KeyError(key)
+        return self._decode(raw)
+
+    def __setitem__(self, key, value) -> None:
+        self._raw.update(self._key(key), self._leaf(value))
+
+    def __delitem__(self, key) -> None:
+        if not self._raw.delete(self._key(key)):
+            raise KeyError(key)
+
+    def __iter__(self):
+        for raw in self._raw.keys():
+            yield self.Key.from_buffer_copy(raw)
+
+    def __len__(self) -> int:
+        return len(self._raw.keys())
+
+    def items(self):
+        return [(self.Key.from_buffer_copy(k), self._decode(v)) for k, v in self._raw.items()]
+
+    def items_lookup_batch(self):
+        return self.items()
+
+    def values(self):
+        return [v for _, v in self.items()]
+
+    def clear(self) -> None:
+        for raw in self._raw.keys():
+            self._raw.delete(raw)
+
+    def zero(self) -> None:
+        for raw in self._raw.keys():
+            self._raw.update(raw, bytes(ctypes.sizeof(self.Leaf) * getattr(self, "_ncpus", 1)))
+
+    # --- histograms, as BCC prints them ---
+
+    def _bucket_counts(self) -> list[int]:
+        counts: dict[int, int] = {}
+        for k, v in self.items():
+            index = k.value if hasattr(k, "value") else int(k)
+            counts[index] = counts.get(index, 0) + _number(v)
+        return [counts.get(i, 0) for i in range(max(counts) + 1)] if counts else []
+
+    def print_log2_hist(self, val_type="value", section_header="Bucket ptr", section_print_fn=None,
+                        bucket_fn=None, strip_leading_zero=None, bucket_sort_fn=None):
+        from ..histogram import Log2Histogram
+
+        # BCC's slot n (n >= 1) holds [2^(n-1), 2^n - 1]: the histogram's bucket n - 1
+        _say("\n".join(Log2Histogram(self._bucket_counts()[1:], unit=_text(val_type)).lines()))
+
+    def print_linear_hist(self, val_type="value", section_header="Bucket ptr", section_print_fn=None,
+                          bucket_fn=None, bucket_sort_fn=None):
+        from ..histogram import LinearHistogram
+
+        _say("\n".join(LinearHistogram(self._bucket_counts(), unit=_text(val_type)).lines()))
+
+    # --- events ---
+
+    def event(self, data):
+        """The event at ``data`` (what an output callback got) as a ctypes struct of the type
+        the program submits into this table."""
+        cls = self._event_class()
+        return ctypes.cast(data, ctypes.POINTER(cls)).contents
+
+    def _event_class(self):
+        name = self._event_type
+        if not name:
+            raise MapError(f"table '{self.name}': no perf_submit/ringbuf_output call in the program says "
+                           "what its events are")
+        kind, _, bare = name.partition(" ")
+        btf = self.bpf._btf
+        return ctype(btf, btf.find(bare or kind, kind if bare else None))
+
+
+class HashTable(TableBase):
+    pass
+
+
+class Array(TableBase):
+    """An array: every index exists; ``clear()`` zeroes."""
+
+    def __len__(self) -> int:
+        return self.map.max_entries
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self.Key(i)
+
+    def __getitem__(self, key):
+        index = key.value if hasattr(key, "value") else key
+        if not 0 <= index < len(self):
+            raise IndexError(f"array index {index} out of range (0..{len(self) - 1})")
+        return super().__getitem__(key)
+
+    def __delitem__(self, key) -> None:
+        self[key] = self.Leaf()
+
+    def items(self):
+        return [(k, self[k]) for k in self]
+
+    def clear(self) -> None:
+        self.zero()
+
+    def zero(self) -> None:
+        blank = bytes(ctypes.sizeof(self.Leaf))
+        for k in self:
+            self._raw.update(bytes(k), blank)
+
+
+class _PerCpu:
+    """Values for every CPU: ``t[k]`` is a list (one Leaf per CPU); ``sum``/``max``/``average``."""
+
+    def _decode(self, raw: bytes):
+        return [self.Leaf.from_buffer_copy(chunk[:ctypes.sizeof(self.Leaf)])
+                for chunk in self._raw.per_cpu_values(raw)]
+
+    def _leaf(self, value) -> bytes:
+        values = value if isinstance(value, (list, tuple)) else [value]
+        stride = (ctypes.sizeof(self.Leaf) + 7) & ~7
+        return b"".join(TableBase._leaf(self, v).ljust(stride, b"\0") for v in values)
+
+    def sum(self, key):
+        return self.Leaf(sum(_number(v) for v in self[key]))
+
+    def max(self, key):
+        return self.Leaf(max(_number(v) for v in self[key]))
+
+    def average(self, key):
+        values = [_number(v) for v in self[key]]
+        return sum(values) / len(values)
+
+    def _bucket_counts(self) -> list[int]:
+        counts: dict[int, int] = {}
+        for k, v in self.items():
+            index = k.value if hasattr(k, "value") else int(k)
+            counts[index] = counts.get(index, 0) + sum(_number(x) for x in v)
+        return [counts.get(i, 0) for i in range(max(counts) + 1)] if counts else []
+
+
+class PerCpuHash(_PerCpu, HashTable):
+    pass
+
+
+class PerCpuArray(_PerCpu, Array):
+    pass
+
+
+class PerfEventArray(TableBase):
+    def __init__(self, bpf, engine_map, event_type=None):
+        self.bpf, self.map, self.name, self._event_type = bpf, engine_map, engine_map.name, event_type
+
+    def open_perf_buffer(self, callback, page_cnt: int = 8, lost_cb=None, wakeup_events: int = 1):
+        """Deliver each event to ``callback(cpu, data, size)`` from ``perf_buffer_poll()``
+        (cpu is -1: libbpf's reader does not say which)."""
+        def on_record(raw: bytes):
+            buf = ctypes.create_string_buffer(raw, len(raw))
+            callback(-1, ctypes.cast(buf, ctypes.c_void_p), len(raw))
+
+        lost = (lambda cpu, count: lost_cb(count)) if lost_cb else None
+        reader = self.bpf._maps.perf_buffer(self.name, callback=on_record, decode=False, page_count=page_cnt,
+                                            lost_callback=lost)
+        self.bpf._readers.append(reader)
+
+
+class RingBuf(TableBase):
+    def __init__(self, bpf, engine_map, event_type=None):
+        self.bpf, self.map, self.name, self._event_type = bpf, engine_map, engine_map.name, event_type
+
+    def open_ring_buffer(self, callback, ctx=None):
+        """Deliver each event to ``callback(ctx, data, size)`` from ``ring_buffer_poll()``."""
+        def on_record(raw: bytes):
+            buf = ctypes.create_string_buffer(raw, len(raw))
+            callback(ctx, ctypes.cast(buf, ctypes.c_void_p), len(raw))
+
+        self.bpf._readers.append(self.bpf._maps.ring_buffer(self.name, callback=on_record, decode=False))
+
+
+class StackTrace(TableBase):
+    def __init__(self, bpf, engine_map, event_type=None):
+        self.bpf, self.map, self.name = bpf, engine_map, engine_map.name
+        self._raw = engine_map.raw
+        self.Key = ctypes.c_uint32
+        self.Leaf = ctypes.c_uint64 * (engine_map.value_size // 8)
+
+    def walk(self, stack_id):
+        """The addresses of stack ``stack_id``, innermost first."""
+        raw = self._raw.lookup(bytes(ctypes.c_uint32(stack_id)))
+        if raw is None:
+            return iter(())
+        return iter([a for a in self.Leaf.from_buffer_copy(raw) if a])
+
+
+_CLASSES = {MapType.HASH: HashTable, MapType.LRU_HASH: HashTable, MapType.ARRAY: Array,
+            MapType.PERCPU_HASH: PerCpuHash, MapType.LRU_PERCPU_HASH: PerCpuHash,
+            MapType.PERCPU_ARRAY: PerCpuArray, MapType.PERF_EVENT_ARRAY: PerfEventArray,
+            MapType.RINGBUF: RingBuf, MapType.STACK_TRACE: StackTrace}
+
+
+def table(bpf, engine_map, event_type: str | None = None) -> TableBase:
+    cls = _CLASSES.get(engine_map.type)
+    if cls is None:
+        raise MapError(f"table '{engine_map.name}': {getattr(engine_map.type, 'name', engine_map.type)} maps "
+                       "have no BCC table class here yet")
+    return cls(bpf, engine_map, event_type)
+
+
+def _ctype_of(engine_map, which: str):
+    type_id = engine_map.key_type_id if which == "key" else engine_map.value_type_id
+    size = engine_map.key_size if which == "key" else engine_map.value_size
+    if type_id and engine_map.btf is not None:
+        return ctype(engine_map.btf, type_id)
+    return ctypes.c_uint8 * size
+
+
+def _say(text: str) -> None:
+    """BCC's API prints to stdout; so does this, through the output layer."""
+    from ..output import forward_output
+
+    forward_output("stdout", (text + "\n").encode())
+
+
+def _number(v) -> int:
+    return v.value if hasattr(v, "value") else int(v)
+
+
+def _text(v) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)

@@ -1,0 +1,428 @@
+"""BCC's C dialect -> CO-RE C for ebpfkit's engine, on libclang's syntax tree.
+
+What BCC's compiler does inside clang, done here as edits to the source text at the
+extents libclang gives:
+
+- ``BPF_TABLE("lru_hash", ...)`` -> ``BPF_TABLE(lru_hash, ...)`` (the kind picks a macro);
+  the table macros themselves (ek_bcc.h) declare BTF-defined maps.
+- A method call on a table, ``counts.increment(key)``, -> ``__ek_increment(counts, key)``
+  (a macro over the map helpers). Parsed with ``EK_BCC_PARSE``, each table struct has a
+  function-pointer member per method, so the call is typed and its arguments are known.
+- Probes declared by name get their section: ``kprobe__vfs_read`` -> ``SEC("kprobe/vfs_read")``,
+  ``tracepoint__sched__sched_switch``, ``raw_tracepoint__...``; a kprobe's arguments after
+  ``ctx`` are read from the registers. Other global functions are programs attached from
+  Python (``attach_*(fn_name=...)``): a placeholder section, their type set at load.
+- ``TRACEPOINT_PROBE``'s ``args`` struct comes from the tracepoint's tracefs format.
+- Reads through kernel pointers (``task->real_parent->tgid``), which BCC turns into
+  bpf_probe_read() calls, become ``BPF_CORE_READ(task, real_parent, tgid)``; an address
+  (``&task->comm``, an array member) is computed with CO-RE offsets and no read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+
+from ..errors import CompileError, NotSupportedError
+from . import tracepoints
+
+INCLUDE_DIR = os.path.join(os.path.dirname(__file__), "include")
+# unsaved (in-memory) files, in a directory that need not exist
+VIRTUAL_DIR = "/ebpfkit-bcc"
+MAIN_FILE, PROGRAM_FILE = f"{VIRTUAL_DIR}/main.c", f"{VIRTUAL_DIR}/bcc_program.c"
+VERSION = 1  # of the translation: part of the cache key
+
+_HEADERS = """\
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include "ek_bcc.h"
+"""
+# the context structs of program types: direct access, never a probe read
+_CONTEXT_STRUCTS = frozenset({
+    "pt_regs", "__sk_buff", "xdp_md", "bpf_sock_ops", "sk_msg_md", "bpf_perf_event_data", "sk_reuseport_md",
+    "bpf_sock_addr", "bpf_sockopt", "bpf_sysctl", "bpf_raw_tracepoint_args", "bpf_sock", "bpf_sk_lookup"})
+# name prefix -> (section kind, how the rest names the target)
+_PREFIXES = (("kretprobe__", "kretprobe"), ("kprobe__", "kprobe"), ("tracepoint__", "tracepoint"),
+             ("raw_tracepoint__", "raw_tracepoint"), ("kfunc__", "fentry"), ("kretfunc__", "fexit"),
+             ("lsm__", "lsm"))
+# program kinds whose context is typed (BTF): they read kernel memory directly
+_BTF_KINDS = frozenset({"fentry", "fexit", "lsm"})
+PLACEHOLDER_SECTION = "kprobe"  # a function attached from Python: its real type is set at load
+
+
+@dataclass
+class Probe:
+    """A function of the program: how it attaches by itself (kind, target), or kind None
+    when Python attaches it (``attach_*(fn_name=...)``)."""
+    name: str
+    kind: str | None = None
+    target: str | None = None
+
+
+@dataclass
+class Translation:
+    source: str                                   # CO-RE C for the engine
+    probes: dict[str, Probe] = field(default_factory=dict)
+    events: dict[str, str] = field(default_factory=dict)  # output table -> the C type it submits
+    key: str = ""                                 # what the translation depends on, hashed
+
+
+def translate(text: str, vmlinux_h: str, name: str = "bcc_program", cflags=(), tracing_root=None) -> Translation:
+    """Translate BCC C ``text``; raises CompileError naming the program's own lines."""
+    from clang import cindex
+
+    index = cindex.Index.create()
+    text = _rewrite_table_kinds(index, text)
+    tp_structs = "".join(tracepoints.args_struct(g, e, tracing_root) for g, e in _tracepoints_named(index, text))
+    main = f"#define EK_BCC_PARSE 1\n{_HEADERS}{tp_structs}#include \"{os.path.basename(PROGRAM_FILE)}\"\n"
+    args = ["-x", "c", "-target", "bpf", "-D__TARGET_ARCH_x86", "-D__BPF_TRACING__", "-Wno-unused-value",
+            f"-I{os.path.dirname(vmlinux_h)}", f"-I{INCLUDE_DIR}", *cflags]
+    tu = index.parse(MAIN_FILE, args=args, unsaved_files=[(MAIN_FILE, main), (PROGRAM_FILE, text)],
+                     options=cindex.TranslationUnit.PARSE_DETAILED_PROCESSING_RECORD)
+    errors = [d for d in tu.diagnostics if d.severity >= cindex.Diagnostic.Error]
+    if errors:
+        raise _compile_error(name, errors)
+    walker = _Walker(tu, text)
+    walker.walk()
+    body = _apply(text, walker.edits)
+    for table, event in walker.events.items():  # in the object's BTF, for Python to decode events
+        body += f"\n{event} *__ek_event_{table} __attribute__((unused));"
+    if not walker.licensed:  # BCC's default
+        body += '\nchar _license[] SEC("license") = "GPL";\n'
+    source = f"{_HEADERS}{tp_structs}#line 1 \"{name}.c\"\n{body}"
+    key = hashlib.sha256(f"{VERSION}\0{source}".encode()).hexdigest()[:16]
+    return Translation(source, walker.probes, walker.events, key)
+
+
+# --- before the parse: tokens --------------------------------------------------------------
+
+def _tokens(index, text: str):
+    from clang import cindex
+
+    tu = index.parse(PROGRAM_FILE, args=["-x", "c"], unsaved_files=[(PROGRAM_FILE, text)],
+                     options=cindex.TranslationUnit.PARSE_SKIP_FUNCTION_BODIES | 0x200)  # 0x200: single file
+    return list(tu.get_tokens(extent=tu.cursor.extent))
+
+
+def _rewrite_table_kinds(index, text: str) -> str:
+    """``BPF_TABLE("hash", ...)`` -> ``BPF_TABLE(hash, ...)``: a macro cannot switch on a string."""
+    toks = _tokens(index, text)
+    edits = []
+    for a, b, c in zip(toks, toks[1:], toks[2:]):
+        if a.spelling == "BPF_TABLE" and b.spelling == "(" and c.spelling.startswith('"'):
+            edits.append((c.extent.start.offset, c.extent.end.offset, c.spelling.strip('"')))
+    return _apply(text, edits)
+
+
+def _tracepoints_named(index, text: str) -> list[tuple[str, str]]:
+    """(group, event) of each TRACEPOINT_PROBE(group, event) and tracepoint__group__event."""
+    toks = [t.spelling for t in _tokens(index, text)]
+    found = []
+    for i, tok in enumerate(toks):
+        if tok == "TRACEPOINT_PROBE" and toks[i + 1:i + 2] == ["("] and len(toks) > i + 5:
+            found.append((toks[i + 2], toks[i + 4]))
+        elif tok.startswith("tracepoint__") and tok.count("__") >= 2:  # a function's name, or its args struct
+            group, _, event = tok[len("tracepoint__"):].partition("__")
+            found.append((group, event))
+    return list(dict.fromkeys(found))
+
+
+# --- the walk -------------------------------------------------------------------------------
+
+class _Walker:
+    def __init__(self, tu, text: str):
+        self.tu, self.text = tu, text
+        self.edits: list[tuple[int, int, str]] = []
+        self.probes: dict[str, Probe] = {}
+        self.events: dict[str, str] = {}
+        self.called: set[str] = set()
+
+    def walk(self) -> None:
+        from clang.cindex import CursorKind as K
+
+        functions = [c for c in self.tu.cursor.get_children()
+                     if c.kind == K.FUNCTION_DECL and c.is_definition() and self._ours(c)]
+        for fn in functions:
+            self._visit(fn, [], btf=False)
+        for fn in functions:
+            self._visit_calls(fn)
+        for fn in functions:
+            self._function(fn)
+        self.licensed = any(c.kind == K.VAR_DECL and c.spelling == "_license" and self._ours(c)
+                            for c in self.tu.cursor.get_children())
+
+    def _ours(self, cursor) -> bool:
+        loc = cursor.location
+        return loc.file is not None and loc.file.name == PROGRAM_FILE
+
+    # functions ------------------------------------------------------------------------
+
+    def _visit_calls(self, fn) -> None:
+        from clang.cindex import CursorKind as K
+
+        for c in fn.walk_preorder():
+            if c.kind == K.CALL_EXPR and c.referenced is not None and c.referenced.kind == K.FUNCTION_DECL:
+                self.called.add(c.referenced.spelling)
+
+    def _function(self, fn) -> None:
+        from clang.cindex import StorageClass
+
+        name = fn.spelling
+        if fn.storage_class == StorageClass.STATIC or name in self.called:
+            return  # a helper the programs call
+        kind, target = _named_probe(name)
+        start = fn.extent.start.offset
+        declared_by_macro = self.text.startswith(("TRACEPOINT_PROBE", "RAW_TRACEPOINT_PROBE"), start)
+        self.probes[name] = Probe(name, kind, target)
+        if declared_by_macro:
+            return
+        section = f"{kind}/{target}" if kind else PLACEHOLDER_SECTION
+        self.edits.append((start, start, f'SEC("{section}") '))
+        if kind in (None, "kprobe", "kretprobe"):
+            self._register_arguments(fn, kind == "kretprobe")
+
+    def _register_arguments(self, fn, ret: bool) -> None:
+        """``int kprobe__f(struct pt_regs *ctx, int fd, ...)``: the arguments after ctx are
+        read from ctx's registers at the top of the body, as BCC does."""
+        from clang.cindex import CursorKind as K
+
+        params = [c for c in fn.get_children() if c.kind == K.PARM_DECL]
+        if len(params) < 2 or "pt_regs" not in params[0].type.spelling:
+            return
+        body = next((c for c in fn.get_children() if c.kind == K.COMPOUND_STMT), None)
+        if body is None:
+            return
+        first_end = params[0].extent.end.offset
+        last_end = params[-1].extent.end.offset
+        self.edits.append((first_end, last_end, ""))
+        ctx = params[0].spelling
+        lines = []
+        for n, p in enumerate(params[1:], start=1):
+            if n > 5:
+                raise NotSupportedError("kprobe arguments", f"{fn.spelling}: more than 5 arguments after ctx")
+            reg = f"PT_REGS_PARM{n}({ctx})"
+            lines.append(f" {p.type.spelling} {p.spelling} = ({p.type.spelling}){reg};")
+        brace = body.extent.start.offset + 1
+        self.edits.append((brace, brace, "".join(lines)))
+
+    # expressions ----------------------------------------------------------------------
+
+    def _visit(self, cursor, parents: list, btf: bool) -> None:
+        from clang.cindex import CursorKind as K
+
+        if cursor.kind == K.FUNCTION_DECL:
+            btf = _named_probe(cursor.spelling)[0] in _BTF_KINDS
+        if cursor.kind == K.CALL_EXPR and self._method_call(cursor):
+            pass
+        elif cursor.kind == K.MEMBER_REF_EXPR and not btf and not self._in_chain(parents):
+            if self._kernel_read(cursor, parents):
+                return  # the chain's inner members are part of this edit
+        parents.append(cursor)
+        for child in cursor.get_children():
+            self._visit(child, parents, btf)
+        parents.pop()
+
+    def _method_call(self, call) -> bool:
+        """``table.method(args)`` -> ``__ek_method(table, args)``."""
+        from clang.cindex import CursorKind as K
+
+        callee = next(call.get_children(), None)
+        callee = _strip(callee)
+        if callee is None or callee.kind != K.MEMBER_REF_EXPR:
+            return False
+        base = _strip(next(callee.get_children(), None))
+        if base is None or base.kind != K.DECL_REF_EXPR or not _is_table(base.referenced):
+            return False
+        table, method = base.spelling, callee.spelling
+        tokens = list(call.get_tokens())
+        paren = next((t for t in tokens if t.spelling == "(" and t.extent.start.offset >= callee.extent.end.offset), None)
+        if paren is None or callee.extent.start.file is None or callee.extent.start.file.name != PROGRAM_FILE:
+            return False  # inside a macro of the program's own: left to the compiler to reject
+        args = list(call.get_arguments())
+        self.edits.append((callee.extent.start.offset, paren.extent.end.offset,
+                           f"__ek_{method}({table}{', ' if args else ''}"))
+        if method in ("perf_submit", "ringbuf_output", "ringbuf_submit") and args:
+            data = _strip(args[1] if method == "perf_submit" else args[0])  # past the cast to void *
+            pointee = data.type.get_canonical().get_pointee()
+            if pointee.spelling and pointee.spelling != "void":
+                self.events.setdefault(table, pointee.spelling)
+        if method == "ringbuf_reserve":
+            self._reserved_type(call, table)
+        return True
+
+    def _reserved_type(self, call, table: str) -> None:
+        """``struct data_t *d = events.ringbuf_reserve(sizeof(*d))``: the event type is what
+        the result is assigned to."""
+        from clang.cindex import TypeKind
+
+        t = call.type.get_canonical()
+        if t.kind == TypeKind.POINTER and t.get_pointee().spelling not in ("void", ""):
+            self.events.setdefault(table, t.get_pointee().spelling)
+
+    def _in_chain(self, parents) -> bool:
+        from clang.cindex import CursorKind as K
+
+        for p in reversed(parents):
+            if p.kind == K.MEMBER_REF_EXPR:
+                return True
+            if p.kind not in (K.UNEXPOSED_EXPR, K.PAREN_EXPR):
+                return False
+        return False
+
+    def _kernel_read(self, top, parents) -> bool:
+        """Rewrite the member chain ending at ``top`` when it goes through a kernel pointer."""
+        from clang.cindex import CursorKind as K
+
+        links = []  # (member name, through an arrow?, the base's cursor), outermost first
+        node = top
+        while node is not None and node.kind == K.MEMBER_REF_EXPR:
+            base = _strip(next(node.get_children(), None))
+            if base is None:
+                return False
+            links.append((node.spelling, self._is_arrow(node, base), base))
+            node = base
+        links.reverse()
+        if node is None or not self._ours(node) or node.extent.start.file is None:
+            return False
+        arrows = [i for i, (_, arrow, base) in enumerate(links) if arrow and _kernel_pointer(base.type)]
+        if not arrows or self._unevaluated(parents) or self._assigned(top, parents):
+            return False
+        first = arrows[0]
+        src = self.text[node.extent.start.offset:links[first][2].extent.end.offset]
+        # accessors: each arrow starts one, a dot continues it ("f_path.dentry")
+        accessors: list[str] = []
+        for name, arrow, _ in links[first:]:
+            if arrow or not accessors:
+                accessors.append(name)
+            else:
+                accessors[-1] += "." + name
+        taken = self._address_taken(parents)
+        array = top.type.get_canonical().kind.name in ("CONSTANTARRAY", "INCOMPLETEARRAY")
+        if taken or array:  # an address: CO-RE offsets, no read of the last member
+            inner = f"BPF_CORE_READ({src}, {', '.join(accessors[:-1])})" if len(accessors) > 1 else f"({src})"
+            new = f"__builtin_preserve_access_index(&({inner})->{accessors[-1]})"
+            if array and not taken:  # as the array would decay: a pointer to its first element
+                new = f"((typeof(&({inner})->{accessors[-1]}[0])){new})"
+        else:
+            new = f"BPF_CORE_READ({src}, {', '.join(accessors)})"
+        self.edits.append((node.extent.start.offset, top.extent.end.offset, new))
+        return True
+
+    def _is_arrow(self, member, base) -> bool:
+        for tok in member.get_tokens():
+            if tok.extent.start.offset >= base.extent.end.offset:
+                return tok.spelling == "->"
+        return False
+
+    def _unevaluated(self, parents) -> bool:
+        from clang.cindex import CursorKind as K
+
+        for p in parents:
+            if p.kind == K.CXX_UNARY_EXPR or (p.kind == K.UNARY_OPERATOR and _first_token(p) in ("sizeof", "__alignof__")):
+                return True
+            if p.kind == K.UNEXPOSED_EXPR and _first_token(p) in ("sizeof", "typeof", "__typeof__"):
+                return True
+        return False
+
+    def _address_taken(self, parents) -> bool:
+        from clang.cindex import CursorKind as K
+
+        for p in reversed(parents):
+            if p.kind in (K.UNEXPOSED_EXPR, K.PAREN_EXPR):
+                continue
+            return p.kind == K.UNARY_OPERATOR and _first_token(p) == "&"
+        return False
+
+    def _assigned(self, top, parents) -> bool:
+        """``task->x = ...``: a write (the verifier's to refuse), not a read."""
+        from clang.cindex import CursorKind as K
+
+        for p in reversed(parents):
+            if p.kind in (K.UNEXPOSED_EXPR, K.PAREN_EXPR):
+                continue
+            if p.kind in (K.BINARY_OPERATOR, K.COMPOUND_ASSIGNMENT_OPERATOR):
+                lhs = next(p.get_children(), None)
+                return lhs is not None and lhs.extent.start.offset == top.extent.start.offset and \
+                    any(t.spelling.endswith("=") and t.spelling not in ("==", "!=", "<=", ">=")
+                        for t in p.get_tokens() if t.extent.start.offset >= top.extent.end.offset)
+            return False
+        return False
+
+
+def _strip(cursor):
+    """Past implicit casts and parentheses."""
+    from clang.cindex import CursorKind as K
+
+    while cursor is not None and cursor.kind in (K.UNEXPOSED_EXPR, K.PAREN_EXPR):
+        cursor = next(cursor.get_children(), None)
+    return cursor
+
+
+def _first_token(cursor) -> str:
+    tok = next(cursor.get_tokens(), None)
+    return tok.spelling if tok is not None else ""
+
+
+def _is_table(decl) -> bool:
+    """A variable declared by one of ek_bcc.h's table macros (its struct has method members)."""
+    from clang.cindex import CursorKind as K
+
+    if decl is None or decl.kind != K.VAR_DECL:
+        return False
+    struct = decl.type.get_canonical().get_declaration()
+    names = {c.spelling for c in struct.get_children() if c.kind == K.FIELD_DECL}
+    return bool(names & {"lookup", "perf_submit", "ringbuf_output", "get_stackid"})
+
+
+def _kernel_pointer(t) -> bool:
+    """A pointer to a struct or union of the kernel's (declared in vmlinux.h), not a program
+    context."""
+    from clang.cindex import TypeKind
+
+    t = t.get_canonical()
+    if t.kind != TypeKind.POINTER:
+        return False
+    decl = t.get_pointee().get_canonical().get_declaration()
+    loc = decl.location
+    if loc.file is None or not loc.file.name.endswith("vmlinux.h"):
+        return False
+    return decl.spelling not in _CONTEXT_STRUCTS
+
+
+def _named_probe(name: str) -> tuple[str | None, str | None]:
+    for prefix, kind in _PREFIXES:
+        if name.startswith(prefix) and len(name) > len(prefix):
+            rest = name[len(prefix):]
+            if kind == "tracepoint":
+                group, _, event = rest.partition("__")
+                return (kind, f"{group}/{event}") if event else (None, None)
+            return kind, rest
+    return None, None
+
+
+def _apply(text: str, edits) -> str:
+    """Apply (start, end, replacement) edits; insertions at one offset keep their order."""
+    out, at = [], 0
+    for start, end, new in sorted(edits, key=lambda e: (e[0], e[1])):
+        if start < at:
+            raise CompileError(f"BCC translation: overlapping edits at offset {start}")
+        out.append(text[at:start])
+        out.append(new)
+        at = end
+    out.append(text[at:])
+    return "".join(out)
+
+
+def _compile_error(name: str, errors) -> CompileError:
+    diagnostics, lines = [], []
+    for d in errors[:20]:
+        loc = d.location
+        file = loc.file.name if loc.file else "?"
+        if file == PROGRAM_FILE:
+            file = f"{name}.c"
+        diagnostics.append((file, loc.line, loc.column, "error", d.spelling, ""))
+        lines.append(f"{file}:{loc.line}:{loc.column}: error: {d.spelling}")
+    return CompileError(f"the BCC program does not compile:\n" + "\n".join(lines), diagnostics)
