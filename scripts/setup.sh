@@ -29,12 +29,13 @@ packages=("${runtime_packages[@]}" "${build_packages[@]}")
 # sockmap load-balancer experiment; prometheus scrapes `ebpfkit exporter` in its tests; memleak's
 # tests run their leaking program under jemalloc and tcmalloc (LD_PRELOAD) to test those presets;
 # detect's reverse-shell corpus uses socat, ncat and netcat (and its benign corpus socat, curl, and
-# ssh to an sshd of its own on a loopback port: openssh-server; its service is never started).
+# ssh to an sshd of its own on a loopback port: openssh-server; its service is never started);
+# `ebpfkit bcc run` is tested on BCC's own tools, unmodified, as bpfcc-tools installs them.
 [ "$want_test" = 1 ] && packages+=(make libc6-dev qemu-system-x86 linux-image-amd64 linux-headers-amd64
                                    linux-image-6.12-amd64 linux-headers-6.12-amd64
                                    busybox-static nginx-light wrk prometheus
                                    libjemalloc2 libtcmalloc-minimal4 socat ncat netcat-openbsd curl
-                                   openssh-server)
+                                   openssh-server bpfcc-tools)
 if [ "$want_bench" = 1 ]; then
   # gcc (above) builds the benchmark's syscall loop. BCC compiles against kernel headers: the running
   # kernel's if the archive has them, else the distribution's (fine for tracepoint programs).

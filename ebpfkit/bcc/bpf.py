@@ -308,3 +308,10 @@ def _trace_fields(line: str):
         return task.encode(), int(pid), int(cpu), flags.encode(), float(ts), msg.encode()
     except ValueError:
         return None
+
+
+class USDT:
+    """BCC's USDT probes: not supported by ebpfkit.bcc yet (a clear error, not an AttributeError)."""
+
+    def __init__(self, *args, **kwargs):
+        raise NotSupportedError("USDT probes", "USDT probes are not supported by ebpfkit.bcc yet")

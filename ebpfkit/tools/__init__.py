@@ -23,6 +23,9 @@ class ToolInfo:
 
 TOOLS: dict[str, ToolInfo] = {t.name: t for t in [
     ToolInfo("doctor", "ebpfkit.tools.doctor.cli", "Show what this kernel allows and which tools can run."),
+    ToolInfo("bcc", "ebpfkit.tools.bcc.cli",
+             "Run BCC's tools and scripts on this kernel's BTF (no kernel headers needed).",
+             hooks=(("tracepoints, raw tracepoints, kprobes (what each program asks for)", ("btf", "tracepoint")),)),
     ToolInfo("runqlat", "ebpfkit.tools.runqlat.cli", "Run-queue (scheduler) latency as log2 histograms.",
              hooks=(("tp_btf sched_switch, task storage, the kernel's sched_info",
                      ("btf", "kernel_btf", "tp_btf", "task_storage", "sched_info")),

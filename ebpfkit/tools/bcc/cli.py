@@ -1,0 +1,58 @@
+"""`ebpfkit bcc run SCRIPT [ARGS...]`: an unmodified BCC script, its ``import bcc`` resolved
+to ebpfkit.bcc; a bare tool name is looked up where BCC's packages install their tools."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import click
+
+EXAMPLES = """\b
+Examples:
+  ebpfkit bcc run exitsnoop            BCC's exitsnoop (Debian: /usr/sbin/exitsnoop-bpfcc)
+  ebpfkit bcc run syscount -p 1234     its options after the name, as BCC's tool takes them
+  ebpfkit bcc run ./mytool.py -i 5     a script of your own that does `from bcc import BPF`
+"""
+# where Debian's bpfcc-tools, and BCC built from source, put the tools
+TOOL_PLACES = ("/usr/sbin/{}-bpfcc", "/usr/share/bcc/tools/{}")
+
+
+@click.group(epilog=EXAMPLES)
+def bcc():
+    """Run BCC programs and tools on ebpfkit: their C is translated to CO-RE C and compiled
+    against this kernel's BTF, so no kernel headers are needed."""
+
+
+@bcc.command(epilog=EXAMPLES, context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True,
+                                                "help_option_names": []})
+@click.argument("script")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def run(script, args):
+    """Run SCRIPT (a path, or the name of a BCC tool) with ARGS, as BCC would."""
+    import runpy
+    import sys
+
+    from ...bcc import install_as_bcc
+
+    path = find_script(script)
+    install_as_bcc()
+    sys.argv = [path, *args]
+    runpy.run_path(path, run_name="__main__")
+
+
+def find_script(name: str) -> str:
+    """``name`` if it is a file, else the installed BCC tool of that name."""
+    if os.path.isfile(name):
+        return name
+    if os.sep not in name:
+        for place in TOOL_PLACES:
+            path = place.format(name)
+            if os.path.isfile(path):
+                return path
+        found = shutil.which(f"{name}-bpfcc")
+        if found:
+            return found
+    looked = ", ".join(p.format(name) for p in TOOL_PLACES)
+    raise click.UsageError(f"no BCC script '{name}': not a file, and no tool of that name in {looked} "
+                           "(Debian: apt-get install bpfcc-tools)")

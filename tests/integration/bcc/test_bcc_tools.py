@@ -1,0 +1,84 @@
+"""BCC's own tools, unmodified as Debian's bpfcc-tools installs them, run by `ebpfkit bcc run`
+on this host (no kernel headers, which BCC itself needs): each must show the workload the
+test makes (processes that exit with a known code or signal, a known number of syscalls)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.skipif(os.geteuid() != 0, reason="loads BPF programs")]
+
+EBPFKIT = [sys.executable, "-m", "ebpfkit"]
+
+
+def start_tool(*args: str) -> subprocess.Popen:
+    proc = subprocess.Popen([*EBPFKIT, "bcc", "run", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    return proc
+
+
+def wait_for_header(proc: subprocess.Popen, text: str, timeout: float = 60) -> list[str]:
+    """Lines up to and including the first that contains ``text`` (the tool is tracing then)."""
+    lines, end = [], time.monotonic() + timeout
+    while time.monotonic() < end:
+        line = proc.stdout.readline()
+        if not line:
+            raise AssertionError(f"the tool ended before '{text}': {proc.wait()} {proc.stderr.read()}")
+        lines.append(line)
+        if text in line:
+            return lines
+    raise AssertionError(f"no '{text}' in {timeout} s: {lines}")
+
+
+def test_exitsnoop_shows_an_exit_code_and_a_killing_signal():
+    proc = start_tool("exitsnoop")
+    try:
+        wait_for_header(proc, "EXIT_CODE")
+        coded = subprocess.Popen(["sh", "-c", "exit 3"])
+        coded.wait()
+        killed = subprocess.Popen(["sleep", "30"])
+        killed.send_signal(signal.SIGTERM)
+        killed.wait()
+        time.sleep(1)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    rows = {int(m[1]): m[2].strip() for m in re.finditer(r"^\S+\s+(\d+)\s+\d+\s+\d+\s+[\d.]+\s+(.*)$", out, re.M)}
+    assert rows.get(coded.pid) == "code 3", out
+    assert rows.get(killed.pid) == "signal 15 (TERM)", out
+
+
+def test_syscount_counts_a_process_syscalls_by_name():
+    workload = subprocess.Popen([sys.executable, "-c", "import os, sys\nsys.stdin.readline()\n"
+                                 "for _ in range(4321): os.getppid()\nprint('done', flush=True)\n"
+                                 "sys.stdin.readline()\n"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    proc = start_tool("syscount", "-p", str(workload.pid), "-i", "1")
+    try:
+        wait_for_header(proc, "Ctrl+C to quit")
+        workload.stdin.write("go\n")
+        workload.stdin.flush()
+        assert workload.stdout.readline() == "done\n"
+    finally:
+        workload.stdin.close()
+        workload.wait(timeout=30)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)  # its last interval is printed on Ctrl-C
+        out, err = proc.communicate(timeout=30)
+    # the loop may straddle two intervals: their counts add up
+    counts = [int(m[1]) for m in re.finditer(r"^getppid\s+(\d+)$", out, re.M)]
+    assert sum(counts) == 4321, out + err
+
+
+def test_an_unknown_tool_is_a_usage_error_naming_where_it_looked():
+    proc = subprocess.run([*EBPFKIT, "bcc", "run", "no-such-tool"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "no BCC script 'no-such-tool'" in proc.stderr and "/usr/sbin/no-such-tool-bpfcc" in proc.stderr
+    assert "Traceback" not in proc.stderr
