@@ -132,6 +132,50 @@ class BPF:
     def detach_kretprobe(self, event=b"", fn_name=None):
         self._detach("kretprobe", _text(event), fn_name)
 
+    def attach_uprobe(self, name=b"", sym=b"", fn_name=b"", addr=None, sym_off=0, pid=-1, sym_re=b""):
+        self._attach_uprobe("uprobe", name, sym, fn_name, addr, sym_off, pid)
+
+    def attach_uretprobe(self, name=b"", sym=b"", fn_name=b"", addr=None, pid=-1, sym_re=b""):
+        self._attach_uprobe("uretprobe", name, sym, fn_name, addr, 0, pid)
+
+    def _attach_uprobe(self, kind, name, sym, fn_name, addr, sym_off, pid) -> None:
+        binary = _binary(_text(name))
+        symbol, offset = (_text(sym) or None), sym_off
+        if addr is not None:  # a virtual address in the file: libbpf wants its file offset
+            from ..engine.symbols import elf_symbols
+
+            offset, symbol = elf_symbols(binary).vaddr_to_file_offset(addr), None
+            if offset is None:
+                raise EbpfkitError(f"address {addr:#x} is in no loadable segment of {binary}")
+        prog = self.load_func(fn_name, self.KPROBE)
+        self._links[(kind, f"{binary}:{symbol or hex(offset)}", _text(fn_name))] = prog.attach_uprobe(
+            binary, symbol, offset, pid, retprobe=kind == "uretprobe")
+
+    def detach_uprobe(self, name=b"", sym=b"", addr=None, fn_name=None, pid=-1):
+        self._detach("uprobe", f"{_binary(_text(name))}:{_text(sym) or hex(addr or 0)}", fn_name)
+
+    def detach_uretprobe(self, name=b"", sym=b"", addr=None, fn_name=None, pid=-1):
+        self._detach("uretprobe", f"{_binary(_text(name))}:{_text(sym) or hex(addr or 0)}", fn_name)
+
+    def attach_perf_event(self, ev_type=-1, ev_config=-1, fn_name=b"", sample_period=0, sample_freq=0,
+                          pid=-1, cpu=-1, group_fd=-1):
+        prog = self.load_func(fn_name, self.PERF_EVENT)
+        self._links[("perf_event", f"{ev_type}:{ev_config}", _text(fn_name))] = prog.attach_perf_event(
+            frequency=sample_freq, period=sample_period, cpus=None if cpu < 0 else [cpu], pid=pid,
+            event_type=ev_type, config=ev_config)
+
+    def detach_perf_event(self, ev_type=-1, ev_config=-1):
+        self._detach("perf_event", f"{ev_type}:{ev_config}", None)
+
+    def num_open_kprobes(self) -> int:
+        return sum(k[0] in ("kprobe", "kretprobe") for k in self._links)
+
+    def num_open_uprobes(self) -> int:
+        return sum(k[0] in ("uprobe", "uretprobe") for k in self._links)
+
+    def num_open_tracepoints(self) -> int:
+        return sum(k[0] in ("tracepoint", "raw_tracepoint") for k in self._links)
+
     def _detach(self, kind: str, target: str, fn_name) -> None:
         keys = [k for k in self._links if k[:2] == (kind, target) and (fn_name is None or k[2] == _text(fn_name))]
         if not keys:
@@ -226,7 +270,119 @@ class BPF:
         return True
 
     def get_syscall_fnname(self, name):
-        return f"__x64_sys_{_text(name)}".encode()
+        return self.get_syscall_prefix() + _text(name).encode()
+
+    @staticmethod
+    def get_syscall_prefix() -> bytes:
+        from ..engine.symbols import kernel_symbols
+
+        syms = kernel_symbols()
+        return next((p for p in (b"__x64_sys_", b"__arm64_sys_", b"sys_") if f"{p.decode()}bpf" in syms), b"sys_")
+
+    @staticmethod
+    def ksym(addr, show_module=False, show_offset=False) -> bytes:
+        """The kernel function at ``addr`` (``[unknown]`` if none)."""
+        from ..engine.symbols import kernel_symbols
+
+        sym = kernel_symbols().resolve(addr)
+        if not sym.known:
+            return b"[unknown]"
+        text = sym.name + (f"+{sym.offset:#x}" if show_offset else "")
+        return (text + (f" [{sym.module}]" if show_module and sym.module else "")).encode()
+
+    @staticmethod
+    def ksymname(name) -> int:
+        """The address of kernel symbol ``name`` (-1 if none)."""
+        from ..engine.symbols import kernel_symbols
+
+        addr = kernel_symbols().address(_text(name))
+        return -1 if addr is None else addr
+
+    def sym(self, addr, pid, show_module=False, show_offset=False, demangle=True) -> bytes:
+        """The function of process ``pid`` at ``addr`` (``[unknown]`` if none); pid < 0: the kernel."""
+        if pid is None or pid < 0:
+            return self.ksym(addr, show_module, show_offset)
+        from ..engine.symbols import Symbolizer
+
+        if getattr(self, "_symbolizer", None) is None:
+            self._symbolizer = Symbolizer()
+        proc = self._symbolizer.process(pid)
+        sym = proc.resolve(addr) if proc is not None else None
+        if sym is None or not sym.known:
+            return b"[unknown]"
+        text = sym.name + (f"+{sym.offset:#x}" if show_offset else "")
+        return (text + (f" [{sym.module}]" if show_module and sym.module else "")).encode()
+
+    @staticmethod
+    def get_kprobe_functions(event_re) -> list[bytes]:
+        """Kernel functions a kprobe may attach to whose names match ``event_re``."""
+        import re
+
+        from ..engine.mounts import ensure_tracefs
+
+        pattern = re.compile(event_re if isinstance(event_re, bytes) else event_re.encode())
+        try:
+            with open(os.path.join(ensure_tracefs(), "available_filter_functions"), "rb") as f:
+                names = [line.split()[0] for line in f if line.strip()]
+        except OSError:
+            return []
+        return list(dict.fromkeys(n for n in names if pattern.match(n)))
+
+    @staticmethod
+    def get_tracepoints(tp_re) -> list[bytes]:
+        import re
+
+        from ..engine.mounts import ensure_tracefs
+
+        pattern = re.compile(_text(tp_re))
+        events = os.path.join(ensure_tracefs(), "events")
+        found = []
+        for group in sorted(os.listdir(events)):
+            if os.path.isdir(os.path.join(events, group)):
+                for event in sorted(os.listdir(os.path.join(events, group))):
+                    if pattern.match(f"{group}:{event}") and os.path.isdir(os.path.join(events, group, event)):
+                        found.append(f"{group}:{event}".encode())
+        return found
+
+    @staticmethod
+    def kernel_struct_has_field(struct_name, field_name) -> bool:
+        from ..engine import kernel_struct_members
+
+        return _text(field_name) in kernel_struct_members(_text(struct_name))
+
+    @staticmethod
+    def support_kfunc() -> bool:
+        from ..engine import features
+
+        return features.probe("fentry").supported
+
+    @staticmethod
+    def support_lsm() -> bool:
+        from ..engine import features
+
+        return features.probe("lsm").supported
+
+    @staticmethod
+    def monotonic_time() -> int:
+        import time
+
+        return time.monotonic_ns()
+
+    @staticmethod
+    def find_library(libname) -> bytes | None:
+        path = _library(_text(libname))
+        return path.encode() if path else None
+
+    @staticmethod
+    def find_exe(bin_path) -> bytes | None:
+        import shutil
+
+        name = _text(bin_path)
+        found = name if os.path.isfile(name) and os.access(name, os.X_OK) else shutil.which(name)
+        return found.encode() if found else None
+
+    def get_probe_limit(self) -> int:
+        return 1000
 
     # --- the end ---
 
@@ -267,6 +423,33 @@ def _require_kprobes(fn_name: str) -> None:
 
 def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _library(name: str) -> str | None:
+    """``c`` -> the path of libc.so.6 (as ldconfig knows it), like BCC's find_library."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    for line in out.splitlines():
+        soname, _, path = line.strip().partition(" => ")
+        if soname.startswith((f"lib{name}.so ", f"lib{name}.so.")) and os.path.exists(path):
+            return path
+    return None
+
+
+def _binary(name: str) -> str:
+    """What a uprobe's ``name`` means in BCC: a path, a library name (``c``), or a program on PATH."""
+    import shutil
+
+    if os.sep in name and os.path.exists(name):
+        return name
+    found = _library(name) or shutil.which(name)
+    if not found:
+        raise EbpfkitError(f"uprobe target '{name}': no such file, library (ldconfig -p) or program on PATH")
+    return found
 
 
 def _source(src_file, text) -> tuple[str, str]:

@@ -60,6 +60,17 @@ def kernel_enum(enumerator: str, btf: str | None = None) -> dict[str, int]:
     return {}
 
 
+def kernel_struct_members(name: str, btf: str | None = None) -> list[str]:
+    """The member names of the kernel's ``struct name`` (``[]`` when it has none such),
+    from the kernel's BTF (or ``btf``, else $EBPFKIT_BTF)."""
+    from .btf import find_kernel_btf
+    from .slimheader import _STRUCT, KernelTypes
+
+    with KernelTypes(find_kernel_btf(btf)) as types:
+        type_id = types.find(name.encode(), _STRUCT)
+        return [] if type_id <= 0 else [m.decode() for m, _ in types.members(type_id)]
+
+
 def load(source, config: dict | None = None, **compile_args):
     """Compile (for .c) or open (for .o) ``source`` and load it: ``Object``."""
     from .object import ObjectSpec

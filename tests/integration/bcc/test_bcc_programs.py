@@ -133,3 +133,44 @@ def test_errors_name_the_programs_line_the_missing_tracepoint_and_the_missing_ho
             BPF(text="int kprobe__vfs_read(struct pt_regs *ctx) { return 0; }")
         assert "kprobe__vfs_read: this kernel has no kprobes" in str(exc.value) and exc.value.exit_code == 3
         assert bpf_fds() == before, "a failed attach left BPF objects open"
+
+
+UPROBE_AND_STACKS = r"""
+BPF_HASH(calls, u32, u64);
+BPF_STACK_TRACE(stacks, 64);
+BPF_HASH(stack_of, u32, int);
+
+int on_getppid(struct pt_regs *ctx) {
+    u32 pid = bpf_get_current_pid_tgid() >> 32;
+    if (pid != TARGET_PID)
+        return 0;
+    calls.increment(pid);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_getppid) {
+    u32 pid = bpf_get_current_pid_tgid() >> 32;
+    if (pid != TARGET_PID)
+        return 0;
+    int id = stacks.get_stackid(args, 0);
+    stack_of.update(&pid, &id);
+    return 0;
+}
+"""
+
+
+def test_a_uprobe_on_libc_counts_calls_and_a_kernel_stack_walks_to_named_functions():
+    with BPF(text=UPROBE_AND_STACKS, cflags=[f"-DTARGET_PID={os.getpid()}"]) as b:
+        b.attach_uprobe(name="c", sym="getppid", fn_name="on_getppid")
+        assert b.num_open_uprobes() == 1 and b.num_open_tracepoints() == 1
+        for _ in range(123):
+            os.getppid()
+        assert b["calls"][os.getpid()].value == 123
+        stack_id = b["stack_of"][os.getpid()].value
+        assert stack_id >= 0
+        frames = [b.ksym(addr) for addr in b["stacks"].walk(stack_id)]
+        assert frames and all(f != b"[unknown]" for f in frames), frames
+        assert any(b"syscall" in f for f in frames), frames  # the syscall entry path
+        b.detach_uprobe(name="c", sym="getppid")
+        os.getppid()
+        assert b["calls"][os.getpid()].value == 123
