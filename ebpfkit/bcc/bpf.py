@@ -36,6 +36,11 @@ class BPF:
         source, name = _source(src_file, text)
         self._name = name
         self._cflags = [c.decode() if isinstance(c, bytes) else c for c in (cflags or [])]
+        if not source.strip():  # BPF(text=''): BCC's scripts make one to call its helpers
+            from .translate import Translation
+
+            self._translation, self._btf = Translation(""), None
+            return
         self._translation = _translate(source, name, self._cflags)
         self._obj_path = self._compile()
         self._maps = self._open().load()
@@ -188,9 +193,10 @@ class BPF:
     def get_table(self, name, keytype=None, leaftype=None, reducer=None):
         name = _text(name)
         if name not in self._tables:
-            engine_map = self._maps.maps.get(name)
+            engine_map = self._maps.maps.get(name) if self._maps is not None else None
             if engine_map is None:
-                raise KeyError(f"no table '{name}' in the BPF program; its tables: {', '.join(self._maps.maps)}")
+                known = ", ".join(self._maps.maps if self._maps is not None else ()) or "none"
+                raise KeyError(f"no table '{name}' in the BPF program; its tables: {known}")
             self._tables[name] = tables.table(self, engine_map, self._translation.events.get(name))
         return self._tables[name]
 
@@ -198,7 +204,7 @@ class BPF:
         return self.get_table(name)
 
     def __contains__(self, name):
-        return _text(name) in self._maps.maps
+        return self._maps is not None and _text(name) in self._maps.maps
 
     def perf_buffer_poll(self, timeout=-1):
         """Deliver the events of every open perf buffer (wait up to ``timeout`` ms; -1: until one)."""
@@ -453,7 +459,7 @@ def _binary(name: str) -> str:
 
 
 def _source(src_file, text) -> tuple[str, str]:
-    if text:
+    if text is not None and (text or not src_file):
         text = _text(text)
         return text, "bcc_" + hashlib.sha256(text.encode()).hexdigest()[:8]
     path = _text(src_file)

@@ -182,11 +182,13 @@ class _Walker:
         section = f"{kind}/{target}" if kind else PLACEHOLDER_SECTION
         self.edits.append((start, start, f'SEC("{section}") '))
         if kind in (None, "kprobe", "kretprobe"):
-            self._register_arguments(fn, kind == "kretprobe")
+            self._register_arguments(fn)
 
-    def _register_arguments(self, fn, ret: bool) -> None:
+    def _register_arguments(self, fn) -> None:
         """``int kprobe__f(struct pt_regs *ctx, int fd, ...)``: the arguments after ctx are
-        read from ctx's registers at the top of the body, as BCC does."""
+        read from ctx's registers at the top of the body, as BCC does; a ``syscall__``
+        function's from the registers the syscall wrapper was given (x86's __x64_sys_*
+        take a pt_regs of the user's registers)."""
         from clang.cindex import CursorKind as K
 
         params = [c for c in fn.get_children() if c.kind == K.PARM_DECL]
@@ -199,11 +201,12 @@ class _Walker:
         last_end = params[-1].extent.end.offset
         self.edits.append((first_end, last_end, ""))
         ctx = params[0].spelling
-        lines = []
+        syscall = fn.spelling.startswith("syscall__")
+        lines = [f" struct pt_regs *__ek_regs = PT_REGS_SYSCALL_REGS({ctx});"] if syscall else []
         for n, p in enumerate(params[1:], start=1):
             if n > 5:
                 raise NotSupportedError("kprobe arguments", f"{fn.spelling}: more than 5 arguments after ctx")
-            reg = f"PT_REGS_PARM{n}({ctx})"
+            reg = f"PT_REGS_PARM{n}_CORE_SYSCALL(__ek_regs)" if syscall else f"PT_REGS_PARM{n}({ctx})"
             lines.append(f" {p.type.spelling} {p.spelling} = ({p.type.spelling}){reg};")
         brace = body.extent.start.offset + 1
         self.edits.append((brace, brace, "".join(lines)))
