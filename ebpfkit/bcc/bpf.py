@@ -98,9 +98,10 @@ class BPF:
             elif probe.kind in ("kprobe", "kretprobe"):
                 (self.attach_kretprobe if probe.kind == "kretprobe" else self.attach_kprobe)(
                     event=probe.target, fn_name=probe.name)
-            elif probe.kind is not None:
-                raise NotSupportedError(f"{probe.kind} probes", f"{probe.name}: {probe.kind} functions are not "
-                                        "supported by ebpfkit.bcc yet")
+            elif probe.kind in ("fentry", "fexit", "lsm"):  # typed: the section decides
+                prog = self.load_func(probe.name, None)
+                link = prog.attach_lsm() if probe.kind == "lsm" else prog.attach_trace()
+                self._links[(probe.kind, probe.target, probe.name)] = link
 
     # --- attaching ---
 
@@ -122,14 +123,21 @@ class BPF:
         self._detach("raw_tracepoint", _text(tp), fn_name)
 
     def attach_kprobe(self, event=b"", event_off=0, fn_name=b"", event_re=b""):
-        _require_kprobes(_text(fn_name))
-        prog = self.load_func(fn_name, self.KPROBE)
-        self._links[("kprobe", _text(event), _text(fn_name))] = prog.attach_kprobe(_text(event), offset=event_off)
+        self._attach_kprobes("kprobe", event, event_re, fn_name, event_off)
 
     def attach_kretprobe(self, event=b"", fn_name=b"", event_re=b"", maxactive=0):
+        self._attach_kprobes("kretprobe", event, event_re, fn_name, 0)
+
+    def _attach_kprobes(self, kind: str, event, event_re, fn_name, offset: int) -> None:
+        """One function, or (``event_re``) every function the pattern matches."""
         _require_kprobes(_text(fn_name))
+        events = [_text(e) for e in self.get_kprobe_functions(event_re)] if event_re else [_text(event)]
+        if not events:
+            raise EbpfkitError(f"no kernel function matches '{_text(event_re)}'")
         prog = self.load_func(fn_name, self.KPROBE)
-        self._links[("kretprobe", _text(event), _text(fn_name))] = prog.attach_kprobe(_text(event), retprobe=True)
+        for name in events:
+            self._links[(kind, name, _text(fn_name))] = prog.attach_kprobe(name, retprobe=kind == "kretprobe",
+                                                                            offset=offset)
 
     def detach_kprobe(self, event=b"", fn_name=None):
         self._detach("kprobe", _text(event), fn_name)

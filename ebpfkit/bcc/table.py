@@ -75,25 +75,47 @@ class TableBase(MutableMapping):
 
     # --- histograms, as BCC prints them ---
 
-    def _bucket_counts(self) -> list[int]:
-        counts: dict[int, int] = {}
+    def _histograms(self, bucket_fn=None) -> dict:
+        """{section: [count per slot]}: a key with a ``slot`` field is (section, slot), the
+        section its first field (BCC's per-disk, per-process histograms); else one section, None."""
+        groups: dict = {}
+        sectioned = issubclass(self.Key, ctypes.Structure)
+        first = next((f for f, _ in getattr(self.Key, "_fields_", ()) if not f.startswith("__pad")), None)
         for k, v in self.items():
-            index = k.value if hasattr(k, "value") else int(k)
-            counts[index] = counts.get(index, 0) + _number(v)
-        return [counts.get(i, 0) for i in range(max(counts) + 1)] if counts else []
+            if sectioned:
+                section, slot = getattr(k, first), k.slot
+                section = bucket_fn(section) if bucket_fn else section
+            else:
+                section, slot = None, _number(k)
+            counts = groups.setdefault(section, {})
+            counts[slot] = counts.get(slot, 0) + _total(v)
+        return {s: [c.get(i, 0) for i in range(max(c) + 1)] for s, c in groups.items() if c}
+
+    def _print_hists(self, histogram, val_type, section_header, section_print_fn, bucket_fn, bucket_sort_fn):
+        groups = self._histograms(bucket_fn)
+        sections = list(groups)
+        if bucket_sort_fn:
+            sections = bucket_sort_fn(sections)
+        for section in sections:
+            if section is not None:
+                shown = section_print_fn(section) if section_print_fn else repr(section)
+                _say(f"\n{_text(section_header)} = {shown}")
+            _say("\n".join(histogram(groups[section], _text(val_type)).lines()))
 
     def print_log2_hist(self, val_type="value", section_header="Bucket ptr", section_print_fn=None,
                         bucket_fn=None, strip_leading_zero=None, bucket_sort_fn=None):
         from ..histogram import Log2Histogram
 
         # BCC's slot n (n >= 1) holds [2^(n-1), 2^n - 1]: the histogram's bucket n - 1
-        _say("\n".join(Log2Histogram(self._bucket_counts()[1:], unit=_text(val_type)).lines()))
+        self._print_hists(lambda counts, unit: Log2Histogram(counts[1:], unit=unit), val_type, section_header,
+                          section_print_fn, bucket_fn, bucket_sort_fn)
 
     def print_linear_hist(self, val_type="value", section_header="Bucket ptr", section_print_fn=None,
                           bucket_fn=None, bucket_sort_fn=None):
         from ..histogram import LinearHistogram
 
-        _say("\n".join(LinearHistogram(self._bucket_counts(), unit=_text(val_type)).lines()))
+        self._print_hists(lambda counts, unit: LinearHistogram(counts, unit=unit), val_type, section_header,
+                          section_print_fn, bucket_fn, bucket_sort_fn)
 
     # --- events ---
 
@@ -169,13 +191,6 @@ class _PerCpu:
     def average(self, key):
         values = [_number(v) for v in self[key]]
         return sum(values) / len(values)
-
-    def _bucket_counts(self) -> list[int]:
-        counts: dict[int, int] = {}
-        for k, v in self.items():
-            index = k.value if hasattr(k, "value") else int(k)
-            counts[index] = counts.get(index, 0) + sum(_number(x) for x in v)
-        return [counts.get(i, 0) for i in range(max(counts) + 1)] if counts else []
 
 
 class PerCpuHash(_PerCpu, HashTable):
@@ -262,6 +277,11 @@ def _say(text: str) -> None:
 
 def _number(v) -> int:
     return v.value if hasattr(v, "value") else int(v)
+
+
+def _total(v) -> int:
+    """A value, or a per-CPU value's sum over the CPUs."""
+    return sum(_number(x) for x in v) if isinstance(v, list) else _number(v)
 
 
 def _text(v) -> str:

@@ -38,6 +38,7 @@ _HEADERS = """\
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
+#include <bpf/bpf_endian.h>
 #include "ek_bcc.h"
 """
 # the context structs of program types: direct access, never a probe read
@@ -50,6 +51,8 @@ _PREFIXES = (("kretprobe__", "kretprobe"), ("kprobe__", "kprobe"), ("tracepoint_
              ("lsm__", "lsm"))
 # program kinds whose context is typed (BTF): they read kernel memory directly
 _BTF_KINDS = frozenset({"fentry", "fexit", "lsm"})
+# macros that declare a probe with its section (ek_bcc.h)
+_PROBE_MACROS = ("TRACEPOINT_PROBE", "RAW_TRACEPOINT_PROBE", "KFUNC_PROBE", "KRETFUNC_PROBE", "LSM_PROBE")
 PLACEHOLDER_SECTION = "kprobe"  # a function attached from Python: its real type is set at load
 
 
@@ -175,7 +178,7 @@ class _Walker:
             return  # a helper the programs call
         kind, target = _named_probe(name)
         start = fn.extent.start.offset
-        declared_by_macro = self.text.startswith(("TRACEPOINT_PROBE", "RAW_TRACEPOINT_PROBE"), start)
+        declared_by_macro = self.text.startswith(_PROBE_MACROS, start)
         self.probes[name] = Probe(name, kind, target)
         if declared_by_macro:
             return

@@ -173,6 +173,11 @@
 	SEC("raw_tracepoint/" #event)                                                             \
 	int raw_tracepoint__##event(struct bpf_raw_tracepoint_args *ctx)
 
+/* fentry/fexit and BPF-LSM (typed arguments through libbpf's BPF_PROG) */
+#define KFUNC_PROBE(event, args...) SEC("fentry/" #event) int BPF_PROG(kfunc__##event, ##args)
+#define KRETFUNC_PROBE(event, args...) SEC("fexit/" #event) int BPF_PROG(kretfunc__##event, ##args)
+#define LSM_PROBE(event, args...) SEC("lsm/" #event) int BPF_PROG(lsm__##event, ##args)
+
 /* ---- BCC's helper spellings ---- */
 /* BCC's bpf_trace_printk takes the format alone (libbpf's helper also takes its size) */
 #define bpf_trace_printk(fmt, ...)                                                                \
@@ -202,6 +207,16 @@
 #define BPF_F_REUSE_STACKID (1ULL << 10)
 #endif
 #define __user
+/* the kernel's byte-order spellings BCC's tools use (vmlinux.h has no macros) */
+#define ntohs(x) bpf_ntohs(x)
+#define htons(x) bpf_htons(x)
+#define ntohl(x) bpf_ntohl(x)
+#define htonl(x) bpf_htonl(x)
+#define be16_to_cpu(x) bpf_ntohs(x)
+#define be32_to_cpu(x) bpf_ntohl(x)
+#define be64_to_cpu(x) bpf_be64_to_cpu(x)
+#define cpu_to_be16(x) bpf_htons(x)
+#define cpu_to_be32(x) bpf_htonl(x)
 
 /* ---- a tracepoint's __data_loc fields (args->data_loc_<field>: length << 16 | offset) ---- */
 #define TP_DATA_LOC_READ_CONST(dst, field, length)                                                \

@@ -174,3 +174,34 @@ def test_a_uprobe_on_libc_counts_calls_and_a_kernel_stack_walks_to_named_functio
         b.detach_uprobe(name="c", sym="getppid")
         os.getppid()
         assert b["calls"][os.getpid()].value == 123
+
+
+PER_FD_HIST = r"""
+typedef struct { u32 fd; u64 slot; } fd_slot_t;
+BPF_HISTOGRAM(sizes, fd_slot_t);
+
+TRACEPOINT_PROBE(syscalls, sys_enter_write) {
+    if ((bpf_get_current_pid_tgid() >> 32) != TARGET_PID || (args->fd != FD_A && args->fd != FD_B))
+        return 0;
+    fd_slot_t key = {.fd = args->fd, .slot = bpf_log2l(args->count)};
+    sizes.increment(key);
+    return 0;
+}
+"""
+
+
+def test_a_histogram_keyed_by_a_struct_prints_one_section_per_bucket(tmp_path, capsys):
+    with open(tmp_path / "a", "wb", buffering=0) as a, open(tmp_path / "b", "wb", buffering=0) as b_file, \
+            BPF(text=PER_FD_HIST, cflags=[f"-DTARGET_PID={os.getpid()}", f"-DFD_A={a.fileno()}",
+                                          f"-DFD_B={b_file.fileno()}"]) as b:
+        for _ in range(4):
+            a.write(b"x" * 10)
+        b_file.write(b"y" * 3000)
+        b["sizes"].print_log2_hist("bytes", "fd", section_print_fn=lambda fd: f"#{fd}",
+                                   bucket_sort_fn=sorted)
+        fds = [a.fileno(), b_file.fileno()]
+    out = capsys.readouterr().out
+    sections = re.split(r"\nfd = ", out)[1:]
+    assert [s.splitlines()[0] for s in sections] == [f"#{fd}" for fd in fds]
+    rows = [{m[0]: int(m[1]) for m in re.findall(r"(\d+ -> \d+)\s*: (\d+)", s) if int(m[1])} for s in sections]
+    assert rows == [{"8 -> 15": 4}, {"2048 -> 4095": 1}]

@@ -1,3 +1,4 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* ebpfkit.bcc: BCC programs include <linux/blk-mq.h>; every kernel type is already in vmlinux.h. */
 #pragma once
+#include <linux/blkdev.h>
