@@ -481,12 +481,31 @@ def _source(src_file, text) -> tuple[str, str]:
 
 
 def _translate(source: str, name: str, cflags):
+    """The program's translation, from the cache when this source, these flags, this kernel
+    (its vmlinux.h) and this translator have made it before: no libclang at all then."""
+    import json
+    from dataclasses import asdict
+
+    from ..engine import cache
     from ..engine.btf import find_kernel_btf
     from ..engine.compiler import Compiler
-    from .translate import translate
+    from .translate import INCLUDE_DIR, VERSION, Probe, Translation, translate
 
     vmlinux_h = Compiler(btf=find_kernel_btf(None)).btf.vmlinux_h()
-    return translate(source, vmlinux_h, name, cflags)
+    key = cache.digest(str(VERSION), source, name, "\0".join(cflags), vmlinux_h,
+                       cache.file_digest(os.path.join(INCLUDE_DIR, "ek_bcc.h")))
+    path = os.path.join(cache.subdir("bcc"), f"{key}.json")
+    try:
+        with open(path) as f:
+            saved = json.load(f)
+        return Translation(saved["source"], {n: Probe(**p) for n, p in saved["probes"].items()},
+                           saved["events"], saved["key"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    done = translate(source, vmlinux_h, name, cflags)
+    cache.atomic_write(path, json.dumps({"source": done.source, "events": done.events, "key": done.key,
+                                         "probes": {n: asdict(p) for n, p in done.probes.items()}}).encode())
+    return done
 
 
 def _trace_fields(line: str):
