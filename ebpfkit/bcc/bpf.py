@@ -55,10 +55,10 @@ class BPF:
 
     def _compile(self) -> str:
         from .. import engine
-        from .translate import INCLUDE_DIR
+        from .translate import INCLUDE_DIR, stub_dir
 
         spec = engine.compile(text=self._translation.source, name=f"{self._name}.bcc.bpf.c",
-                              cflags=[f"-I{INCLUDE_DIR}", *self._cflags])
+                              cflags=[f"-I{INCLUDE_DIR}", f"-I{stub_dir(self._translation.stubs)}", *self._cflags])
         path = spec.path
         spec.close()
         return path
@@ -499,11 +499,12 @@ def _translate(source: str, name: str, cflags):
         with open(path) as f:
             saved = json.load(f)
         return Translation(saved["source"], {n: Probe(**p) for n, p in saved["probes"].items()},
-                           saved["events"], saved["key"])
+                           saved["events"], saved["key"], saved["stubs"])
     except (OSError, ValueError, KeyError, TypeError):
         pass
     done = translate(source, vmlinux_h, name, cflags)
     cache.atomic_write(path, json.dumps({"source": done.source, "events": done.events, "key": done.key,
+                                         "stubs": done.stubs,
                                          "probes": {n: asdict(p) for n, p in done.probes.items()}}).encode())
     return done
 

@@ -71,6 +71,38 @@ class Translation:
     probes: dict[str, Probe] = field(default_factory=dict)
     events: dict[str, str] = field(default_factory=dict)  # output table -> the C type it submits
     key: str = ""                                 # what the translation depends on, hashed
+    stubs: list[str] = field(default_factory=list)  # kernel headers it includes that are empty here
+
+
+# the kernel headers BCC's programs include: every type is in vmlinux.h, so each becomes an
+# empty file (its constants are in ek_bcc.h), unless include/ has one with content; the
+# system's UAPI headers of the same names would redefine vmlinux.h's types
+_KERNEL_HEADER_DIRS = ("linux/", "net/", "uapi/", "asm/", "trace/", "bcc/", "scsi/", "xen/")
+
+
+def stub_dir(stubs) -> str:
+    """A directory holding an empty header for each of ``stubs`` (made when missing)."""
+    from ..engine import cache
+
+    root = cache.subdir(os.path.join("bcc", "stubs"))
+    for name in stubs:
+        path = os.path.join(root, name)
+        if not os.path.exists(path):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            cache.atomic_write(path, f"/* ebpfkit.bcc: <{name}>: its types are in vmlinux.h */\n#pragma once\n".encode())
+    return root
+
+
+def _included(index, text: str) -> list[str]:
+    """The kernel headers the program includes that include/ does not provide."""
+    toks = [t.spelling for t in _tokens(index, text)]
+    names = []
+    for i, tok in enumerate(toks):
+        if tok == "include" and i and toks[i - 1] == "#" and toks[i + 1:i + 2] == ["<"]:
+            end = toks.index(">", i + 2) if ">" in toks[i + 2:] else i + 2
+            names.append("".join(toks[i + 2:end]))
+    return [n for n in dict.fromkeys(names) if n.startswith(_KERNEL_HEADER_DIRS) and ".." not in n
+            and not os.path.exists(os.path.join(INCLUDE_DIR, n))]
 
 
 def translate(text: str, vmlinux_h: str, name: str = "bcc_program", cflags=(), tracing_root=None) -> Translation:
@@ -81,10 +113,19 @@ def translate(text: str, vmlinux_h: str, name: str = "bcc_program", cflags=(), t
     text = _rewrite_table_kinds(index, text)
     tp_structs = "".join(tracepoints.args_struct(g, e, tracing_root) for g, e in _tracepoints_named(index, text))
     main = f"#define EK_BCC_PARSE 1\n{_HEADERS}{tp_structs}#include \"{os.path.basename(PROGRAM_FILE)}\"\n"
+    stubs = _included(index, text)
     args = ["-x", "c", "-target", "bpf", "-D__TARGET_ARCH_x86", "-D__BPF_TRACING__", "-Wno-unused-value",
-            f"-I{os.path.dirname(vmlinux_h)}", f"-I{INCLUDE_DIR}", *cflags]
-    tu = index.parse(MAIN_FILE, args=args, unsaved_files=[(MAIN_FILE, main), (PROGRAM_FILE, text)],
-                     options=cindex.TranslationUnit.PARSE_DETAILED_PROCESSING_RECORD)
+            f"-I{os.path.dirname(vmlinux_h)}", f"-I{INCLUDE_DIR}", f"-I{stub_dir(stubs)}", *cflags]
+
+    def parse(text):
+        return index.parse(MAIN_FILE, args=args, unsaved_files=[(MAIN_FILE, main), (PROGRAM_FILE, text)],
+                           options=cindex.TranslationUnit.PARSE_DETAILED_PROCESSING_RECORD)
+
+    tu = parse(text)
+    copies = _kernel_struct_copies(index, tu, text)
+    if copies:  # the program's own copies of kernel structs: vmlinux.h has them, complete
+        text = _apply(text, copies)
+        tu = parse(text)
     errors = [d for d in tu.diagnostics if d.severity >= cindex.Diagnostic.Error]
     if errors:
         raise _compile_error(name, errors)
@@ -97,7 +138,7 @@ def translate(text: str, vmlinux_h: str, name: str = "bcc_program", cflags=(), t
         body += '\nchar _license[] SEC("license") = "GPL";\n'
     source = f"{_HEADERS}{tp_structs}#line 1 \"{name}.c\"\n{body}"
     key = hashlib.sha256(f"{VERSION}\0{source}".encode()).hexdigest()[:16]
-    return Translation(source, walker.probes, walker.events, key)
+    return Translation(source, walker.probes, walker.events, key, stubs)
 
 
 # --- before the parse: tokens --------------------------------------------------------------
@@ -131,6 +172,31 @@ def _tracepoints_named(index, text: str) -> list[tuple[str, str]]:
             group, _, event = tok[len("tracepoint__"):].partition("__")
             found.append((group, event))
     return list(dict.fromkeys(found))
+
+
+def _kernel_struct_copies(index, tu, text: str) -> list[tuple[int, int, str]]:
+    """Edits that remove the program's definitions of structs the kernel's BTF already has
+    (BCC's tools copy kernel-internal structs their headers do not export: nameidata,
+    mnt_namespace); CO-RE reads the kernel's own layout. Found from the parser's
+    "redefinition" errors (the invalid copy has no cursor): ``struct NAME { ... };`` by tokens."""
+    at = {d.location.offset for d in tu.diagnostics
+          if d.spelling.startswith("redefinition of '") and d.location.file is not None
+          and d.location.file.name == PROGRAM_FILE}
+    if not at:
+        return []
+    toks = _tokens(index, text)
+    edits = []
+    for i, tok in enumerate(toks):
+        if tok.extent.start.offset not in at or i == 0 or toks[i - 1].spelling not in ("struct", "union"):
+            continue
+        depth, j = 0, i + 1
+        while j < len(toks):
+            depth += {"{": 1, "}": -1}.get(toks[j].spelling, 0)
+            if depth == 0 and toks[j].spelling == ";":
+                edits.append((toks[i - 1].extent.start.offset, toks[j].extent.end.offset, ""))
+                break
+            j += 1
+    return edits
 
 
 # --- the walk -------------------------------------------------------------------------------

@@ -207,6 +207,52 @@
 #define BPF_F_REUSE_STACKID (1ULL << 10)
 #endif
 #define __user
+/* constants of the kernel's headers that BTF cannot carry (the shims under linux/, net/
+ * are empty: one place for all of them) */
+#ifndef S_IFMT
+#define NAME_MAX 255
+#define PATH_MAX 4096
+#define FMODE_READ 0x1
+#define FMODE_WRITE 0x2
+#define FMODE_EXEC 0x20
+#define S_IFMT 00170000
+#define S_IFREG 0100000
+#define S_IFDIR 0040000
+#define S_ISREG(m) (((m) & S_IFMT) == S_IFREG)
+#define S_ISDIR(m) (((m) & S_IFMT) == S_IFDIR)
+#define S_IFLNK 0120000
+#define S_IFSOCK 0140000
+#define S_IFIFO 0010000
+#define S_IFCHR 0020000
+#define S_IFBLK 0060000
+#define S_ISLNK(m) (((m) & S_IFMT) == S_IFLNK)
+#define S_ISSOCK(m) (((m) & S_IFMT) == S_IFSOCK)
+#define S_ISFIFO(m) (((m) & S_IFMT) == S_IFIFO)
+#define S_ISCHR(m) (((m) & S_IFMT) == S_IFCHR)
+#define S_ISBLK(m) (((m) & S_IFMT) == S_IFBLK)
+/* task states (BTF has no #defines) */
+#define TASK_RUNNING 0x0000
+#define TASK_INTERRUPTIBLE 0x0001
+#define TASK_UNINTERRUPTIBLE 0x0002
+#endif
+#ifndef IFNAMSIZ
+#define IFNAMSIZ 16
+#endif
+#ifndef DNAME_INLINE_LEN
+#define DNAME_INLINE_LEN 32 /* a dentry's inline name (64-bit); BCC's tools size name buffers with it */
+#endif
+#ifndef AF_INET
+#define AF_INET 2
+#define AF_INET6 10
+#endif
+#ifndef min
+#define min(a, b) ((a) < (b) ? (a) : (b))
+#define max(a, b) ((a) > (b) ? (a) : (b))
+#endif
+/* the kernel's casts between socket structs (inline functions in its headers) */
+#define tcp_sk(sk) ((struct tcp_sock *)(sk))
+#define inet_sk(sk) ((struct inet_sock *)(sk))
+#define inet_csk(sk) ((struct inet_connection_sock *)(sk))
 /* the kernel's byte-order spellings BCC's tools use (vmlinux.h has no macros) */
 #define ntohs(x) bpf_ntohs(x)
 #define htons(x) bpf_htons(x)

@@ -1,3 +1,0 @@
-/* SPDX-License-Identifier: Apache-2.0 */
-/* ebpfkit.bcc: BCC programs include <linux/init_task.h>; every kernel type is already in vmlinux.h. */
-#pragma once

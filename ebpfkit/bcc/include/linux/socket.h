@@ -1,5 +1,0 @@
-/* SPDX-License-Identifier: Apache-2.0 */
-/* ebpfkit.bcc: BCC programs include <linux/socket.h>; every kernel type is already in vmlinux.h. */
-#pragma once
-#define AF_INET 2
-#define AF_INET6 10
