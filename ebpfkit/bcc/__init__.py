@@ -28,7 +28,7 @@ class PerfSWConfig:
 
 DEBUG_LLVM_IR, DEBUG_BPF, DEBUG_PREPROCESSOR, DEBUG_SOURCE, DEBUG_BPF_REGISTER_STATE, DEBUG_BTF = 1, 2, 4, 8, 16, 32
 
-_SUBMODULES = ("utils", "syscall", "containers")
+_SUBMODULES = ("utils", "syscall", "containers", "tcp")
 
 
 def __getattr__(name):  # BPF on first use: importing ebpfkit.bcc.probe stays cheap

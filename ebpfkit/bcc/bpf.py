@@ -232,8 +232,8 @@ class BPF:
             return
         ep = select.epoll()
         try:
-            for i, r in enumerate(readers):
-                ep.register(r.epoll_fd, select.EPOLLIN)
+            for r in readers:
+                ep.register(r.epoll_fd(), select.EPOLLIN)
             ep.poll(-1 if timeout is None or timeout < 0 else timeout / 1000)
         finally:
             ep.close()

@@ -31,7 +31,7 @@ INCLUDE_DIR = os.path.join(os.path.dirname(__file__), "include")
 # unsaved (in-memory) files, in a directory that need not exist
 VIRTUAL_DIR = "/ebpfkit-bcc"
 MAIN_FILE, PROGRAM_FILE = f"{VIRTUAL_DIR}/main.c", f"{VIRTUAL_DIR}/bcc_program.c"
-VERSION = 1  # of the translation: part of the cache key
+VERSION = 4  # of the translation: part of the cache key
 
 _HEADERS = """\
 #include "vmlinux.h"
@@ -208,12 +208,15 @@ class _Walker:
         self.probes: dict[str, Probe] = {}
         self.events: dict[str, str] = {}
         self.called: set[str] = set()
+        self.direct: set[int] = set()  # variables (cursor hashes) pointing at map values or the stack
 
     def walk(self) -> None:
         from clang.cindex import CursorKind as K
 
         functions = [c for c in self.tu.cursor.get_children()
                      if c.kind == K.FUNCTION_DECL and c.is_definition() and self._ours(c)]
+        for fn in functions:
+            self._find_direct(fn)
         for fn in functions:
             self._visit(fn, [], btf=False)
         for fn in functions:
@@ -354,12 +357,14 @@ class _Walker:
             base = _strip(next(node.get_children(), None))
             if base is None:
                 return False
-            links.append((node.spelling, self._is_arrow(node, base), base))
+            if node.spelling and "(anonymous" not in node.spelling:  # not an anonymous union's implicit step
+                links.append((node.spelling, self._is_arrow(node, base), base))
             node = base
         links.reverse()
         if node is None or not self._ours(node) or node.extent.start.file is None:
             return False
-        arrows = [i for i, (_, arrow, base) in enumerate(links) if arrow and _kernel_pointer(base.type)]
+        arrows = [i for i, (_, arrow, base) in enumerate(links)
+                  if arrow and _kernel_pointer(base.type) and not self._direct(base)]
         if not arrows or self._unevaluated(parents) or self._assigned(top, parents):
             return False
         first = arrows[0]
@@ -373,13 +378,21 @@ class _Walker:
                 accessors[-1] += "." + name
         taken = self._address_taken(parents)
         array = top.type.get_canonical().kind.name in ("CONSTANTARRAY", "INCOMPLETEARRAY")
-        if taken or array:  # an address: CO-RE offsets, no read of the last member
-            inner = f"BPF_CORE_READ({src}, {', '.join(accessors[:-1])})" if len(accessors) > 1 else f"({src})"
-            new = f"__builtin_preserve_access_index(&({inner})->{accessors[-1]})"
-            if array and not taken:  # as the array would decay: a pointer to its first element
+        # the kernel's structs are read with CO-RE offsets; a program's own copy of one (a
+        # prefix of it, as BCC's tools declare) has no type in the kernel to relocate against
+        core = _kernel_struct(links[first][2].type)
+        read = "BPF_CORE_READ" if core else "BPF_PROBE_READ"
+        if taken or array:  # an address: no read of the last member
+            inner = f"{read}({src}, {', '.join(accessors[:-1])})" if len(accessors) > 1 else f"({src})"
+            new = f"&({inner})->{accessors[-1]}"
+            if core:
+                new = f"__builtin_preserve_access_index({new})"
+            if taken:  # the program's own & stays in front: give it an lvalue
+                new = f"(*{new})"
+            else:  # as the array would decay: a pointer to its first element
                 new = f"((typeof(&({inner})->{accessors[-1]}[0])){new})"
         else:
-            new = f"BPF_CORE_READ({src}, {', '.join(accessors)})"
+            new = f"{read}({src}, {', '.join(accessors)})"
         self.edits.append((node.extent.start.offset, top.extent.end.offset, new))
         return True
 
@@ -408,13 +421,38 @@ class _Walker:
             return p.kind == K.UNARY_OPERATOR and _first_token(p) == "&"
         return False
 
+    def _direct(self, base) -> bool:
+        """A variable the program points at memory it may touch directly: a map value (from
+        a lookup or a ring-buffer reservation) or its own stack (``&local``)."""
+        from clang.cindex import CursorKind as K
+
+        return base.kind == K.DECL_REF_EXPR and base.referenced is not None and \
+            base.referenced.hash in self.direct
+
+    def _find_direct(self, fn) -> None:
+        from clang.cindex import CursorKind as K
+
+        for c in fn.walk_preorder():
+            if c.kind == K.VAR_DECL:
+                kids = list(c.get_children())
+                if kids and _direct_source(kids[-1]):
+                    self.direct.add(c.hash)
+            elif c.kind == K.BINARY_OPERATOR:
+                kids = list(c.get_children())
+                lhs = _strip(kids[0]) if kids else None
+                if len(kids) == 2 and lhs is not None and lhs.kind == K.DECL_REF_EXPR and \
+                        lhs.referenced is not None and _direct_source(kids[1]):
+                    self.direct.add(lhs.referenced.hash)
+
     def _assigned(self, top, parents) -> bool:
-        """``task->x = ...``: a write (the verifier's to refuse), not a read."""
+        """``task->x = ...``, ``v->n++``: a write (the verifier's to refuse), not a read."""
         from clang.cindex import CursorKind as K
 
         for p in reversed(parents):
             if p.kind in (K.UNEXPOSED_EXPR, K.PAREN_EXPR):
                 continue
+            if p.kind == K.UNARY_OPERATOR and any(t.spelling in ("++", "--") for t in p.get_tokens()):
+                return True
             if p.kind in (K.BINARY_OPERATOR, K.COMPOUND_ASSIGNMENT_OPERATOR):
                 lhs = next(p.get_children(), None)
                 return lhs is not None and lhs.extent.start.offset == top.extent.start.offset and \
@@ -422,6 +460,27 @@ class _Walker:
                         for t in p.get_tokens() if t.extent.start.offset >= top.extent.end.offset)
             return False
         return False
+
+
+_DIRECT_CALLS = frozenset({"bpf_map_lookup_elem", "bpf_ringbuf_reserve", "bpf_map_lookup_percpu_elem",
+                           "lookup", "lookup_or_init", "lookup_or_try_init", "ringbuf_reserve"})
+
+
+def _direct_source(expr) -> bool:
+    """An expression (past casts) that yields memory a program may access directly: a map
+    lookup (a helper, or a table method) or the address of a variable of its own."""
+    from clang.cindex import CursorKind as K
+
+    while expr is not None and expr.kind in (K.UNEXPOSED_EXPR, K.PAREN_EXPR, K.CSTYLE_CAST_EXPR):
+        expr = list(expr.get_children())[-1] if list(expr.get_children()) else None
+    if expr is None:
+        return False
+    if expr.kind == K.CALL_EXPR:
+        callee = _strip(next(expr.get_children(), None))
+        return callee is not None and callee.spelling in _DIRECT_CALLS
+    if expr.kind == K.UNARY_OPERATOR:
+        return _first_token(expr) == "&"
+    return False
 
 
 def _strip(cursor):
@@ -450,18 +509,28 @@ def _is_table(decl) -> bool:
 
 
 def _kernel_pointer(t) -> bool:
-    """A pointer to a struct or union of the kernel's (declared in vmlinux.h), not a program
-    context."""
+    """A pointer to a struct or union that may be kernel memory: the kernel's own (vmlinux.h)
+    or the program's partial copy of one (BCC's tools declare such), not a program context
+    and not a tracepoint's args (the context too)."""
     from clang.cindex import TypeKind
 
     t = t.get_canonical()
     if t.kind != TypeKind.POINTER:
         return False
-    decl = t.get_pointee().get_canonical().get_declaration()
+    pointee = t.get_pointee().get_canonical()
+    if pointee.kind != TypeKind.RECORD:
+        return False
+    decl = pointee.get_declaration()
     loc = decl.location
-    if loc.file is None or not loc.file.name.endswith("vmlinux.h"):
+    if loc.file is None or loc.file.name == MAIN_FILE or decl.spelling.startswith("tracepoint__"):
         return False
     return decl.spelling not in _CONTEXT_STRUCTS
+
+
+def _kernel_struct(t) -> bool:
+    """A pointer to a struct the kernel's BTF has (declared in vmlinux.h)."""
+    loc = t.get_canonical().get_pointee().get_canonical().get_declaration().location
+    return loc.file is not None and loc.file.name.endswith("vmlinux.h")
 
 
 def _named_probe(name: str) -> tuple[str | None, str | None]:

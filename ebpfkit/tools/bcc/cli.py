@@ -36,6 +36,12 @@ def run(script, args):
     from ...bcc import install_as_bcc
 
     path = find_script(script)
+    with open(path, "rb") as f:
+        first = f.readline()
+    if first.startswith(b"#!") and b"python" not in first:
+        raise click.UsageError(f"{path} is not a Python script ({first.decode(errors='replace').strip()}): "
+                               "`ebpfkit bcc run` runs BCC's Python tools (the language tools' shell "
+                               "wrappers start BCC's ucalls, which needs USDT probes)")
     install_as_bcc()
     sys.argv = [path, *args]
     runpy.run_path(path, run_name="__main__")
