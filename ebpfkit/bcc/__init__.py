@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-from .utils import ArgString  # noqa: F401 - BCC exports it from its top level
+from .utils import ArgString, StrcmpRewrite  # noqa: F401 - BCC exports them from its top level
 
 
 class PerfType:

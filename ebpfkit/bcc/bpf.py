@@ -280,6 +280,11 @@ class BPF:
         return tracepoint_exists(_text(category), _text(event))
 
     @staticmethod
+    def generate_auto_includes(program_words) -> str:
+        """BCC adds kernel headers for the types a probe names; vmlinux.h has them all."""
+        return ""
+
+    @staticmethod
     def support_raw_tracepoint() -> bool:
         return True
 

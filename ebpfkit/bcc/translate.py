@@ -31,7 +31,7 @@ INCLUDE_DIR = os.path.join(os.path.dirname(__file__), "include")
 # unsaved (in-memory) files, in a directory that need not exist
 VIRTUAL_DIR = "/ebpfkit-bcc"
 MAIN_FILE, PROGRAM_FILE = f"{VIRTUAL_DIR}/main.c", f"{VIRTUAL_DIR}/bcc_program.c"
-VERSION = 4  # of the translation: part of the cache key
+VERSION = 6  # of the translation: part of the cache key
 
 _HEADERS = """\
 #include "vmlinux.h"
@@ -295,6 +295,8 @@ class _Walker:
         elif cursor.kind == K.MEMBER_REF_EXPR and not btf and not self._in_chain(parents):
             if self._kernel_read(cursor, parents):
                 return  # the chain's inner members are part of this edit
+        elif cursor.kind == K.ARRAY_SUBSCRIPT_EXPR and not btf and self._kernel_element(cursor, parents):
+            return
         parents.append(cursor)
         for child in cursor.get_children():
             self._visit(child, parents, btf)
@@ -357,10 +359,18 @@ class _Walker:
             base = _strip(next(node.get_children(), None))
             if base is None:
                 return False
-            if node.spelling and "(anonymous" not in node.spelling:  # not an anonymous union's implicit step
-                links.append((node.spelling, self._is_arrow(node, base), base))
+            links.append((node.spelling, self._is_arrow(node, base), base))
             node = base
         links.reverse()
+        # an anonymous struct or union's implicit step (skb->transport_header goes through one):
+        # not written in C; its arrow, and the pointer it goes through, pass to the next member
+        merged = []
+        for i, (name, arrow, base) in enumerate(links):
+            if name and "(anonymous" not in name:
+                merged.append((name, arrow, base))
+            elif i + 1 < len(links) and arrow:
+                links[i + 1] = (links[i + 1][0], True, base)
+        links = merged
         if node is None or not self._ours(node) or node.extent.start.file is None:
             return False
         arrows = [i for i, (_, arrow, base) in enumerate(links)
@@ -394,6 +404,28 @@ class _Walker:
         else:
             new = f"{read}({src}, {', '.join(accessors)})"
         self.edits.append((node.extent.start.offset, top.extent.end.offset, new))
+        return True
+
+    def _kernel_element(self, expr, parents) -> bool:
+        """``((u8 *)tcp)[13]`` where ``tcp`` points into the kernel: a probe read of the element."""
+        from clang.cindex import CursorKind as K
+
+        kids = list(expr.get_children())
+        if len(kids) != 2 or self._unevaluated(parents) or self._assigned(expr, parents) or \
+                self._address_taken(parents):
+            return False
+        base = kids[0]
+        while base is not None and base.kind in (K.UNEXPOSED_EXPR, K.PAREN_EXPR, K.CSTYLE_CAST_EXPR):
+            children = list(base.get_children())
+            base = children[-1] if children else None
+        if base is None or base.kind != K.DECL_REF_EXPR or self._direct(base) or not _kernel_pointer(base.type):
+            return False
+        if expr.extent.start.file is None or expr.extent.start.file.name != PROGRAM_FILE:
+            return False
+        text = self.text[expr.extent.start.offset:expr.extent.end.offset]
+        self.edits.append((expr.extent.start.offset, expr.extent.end.offset,
+                           f"({{ typeof({text}) __ek_e; bpf_probe_read_kernel(&__ek_e, sizeof(__ek_e), &{text}); "
+                           f"__ek_e; }})"))
         return True
 
     def _is_arrow(self, member, base) -> bool:
@@ -478,8 +510,9 @@ def _direct_source(expr) -> bool:
     if expr.kind == K.CALL_EXPR:
         callee = _strip(next(expr.get_children(), None))
         return callee is not None and callee.spelling in _DIRECT_CALLS
-    if expr.kind == K.UNARY_OPERATOR:
-        return _first_token(expr) == "&"
+    if expr.kind == K.UNARY_OPERATOR:  # &local, &local.field, &local[i]: not &ptr->field
+        tokens = [t.spelling for t in expr.get_tokens()]
+        return tokens[:1] == ["&"] and "->" not in tokens
     return False
 
 
