@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import select
 
 from ..errors import EbpfkitError, NotSupportedError
 from ..engine.constants import ProgType
@@ -230,15 +229,18 @@ class BPF:
         if len(readers) == 1:
             readers[0].poll(timeout)
             return
-        ep = select.epoll()
-        try:
+        # each reader in turn, a short wait each: a perf event's poll state is consumed by the
+        # first poll that sees it, so one epoll over the readers' own epoll fds misses data
+        import time
+
+        end = None if timeout is None or timeout < 0 else time.monotonic() + timeout / 1000
+        while True:
+            delivered = 0
             for r in readers:
-                ep.register(r.epoll_fd(), select.EPOLLIN)
-            ep.poll(-1 if timeout is None or timeout < 0 else timeout / 1000)
-        finally:
-            ep.close()
-        for r in readers:
-            r.poll(0)
+                left = 10 if end is None else max(0, min(10, int((end - time.monotonic()) * 1000)))
+                delivered += r.poll(left)
+            if delivered or (end is not None and time.monotonic() >= end):
+                return
 
     # --- the trace pipe ---
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -82,3 +83,31 @@ def test_an_unknown_tool_is_a_usage_error_naming_where_it_looked():
     assert proc.returncode == 2, proc.stderr
     assert "no BCC script 'no-such-tool'" in proc.stderr and "/usr/sbin/no-such-tool-bpfcc" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_tcpstates_shows_a_loopback_connections_state_changes_on_its_port():
+    """Two perf buffers (IPv4 and IPv6) read together, socket fields read through the kernel's
+    anonymous unions, state names from bcc.tcp."""
+    proc = start_tool("tcpstates")
+    try:
+        wait_for_header(proc, "NEWSTATE")
+        server = socket.socket()
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        accepted, _ = server.accept()
+        client_port = client.getsockname()[1]
+        client.close()
+        accepted.close()
+        server.close()
+        time.sleep(1)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    # LADDR LPORT RADDR RPORT OLDSTATE -> NEWSTATE, for the client's socket
+    moves = re.findall(rf"127\.0\.0\.1\s+{client_port}\s+127\.0\.0\.1\s+{port}\s+(\S+)\s+->\s+(\S+)", out)
+    assert moves == [("SYN_SENT", "ESTABLISHED"), ("ESTABLISHED", "FIN_WAIT1"), ("FIN_WAIT1", "FIN_WAIT2"),
+                     ("FIN_WAIT2", "CLOSE")], out + err  # (CLOSE -> SYN_SENT comes before its port is bound)
+    served = re.findall(rf"127\.0\.0\.1\s+{port}\s+127\.0\.0\.1\s+{client_port}\s+(\S+)\s+->\s+(\S+)", out)
+    assert ("SYN_RECV", "ESTABLISHED") in served and ("LAST_ACK", "CLOSE") in served, out
