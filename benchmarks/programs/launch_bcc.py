@@ -18,9 +18,11 @@ else:
 
 with open(sys.argv[1]) as f:
     b = BPF(text=f.read(), cflags=sys.argv[2:])
-reading = "events" in b
-if reading:
+try:  # (not `"events" in b`: BCC keeps table names as bytes, so that is False there)
     b["events"].open_perf_buffer(lambda cpu, data, size: None, page_cnt=64)
+    reading = True
+except KeyError:
+    reading = False
 os.write(1, b"ATTACHED\n")
 
 if reading:  # poll until a stop signal is pending

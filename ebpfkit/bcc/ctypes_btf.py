@@ -25,7 +25,7 @@ def ctype(btf: BTF, type_id: int, _cache: dict | None = None):
 def _build(btf: BTF, tid: int, cache: dict):
     t = btf.type(tid)
     if t.kind == Kind.INT:
-        if t.size == 1 and "char" in t.name:
+        if t.name == "char":  # as BCC: char is c_char (bytes), unsigned char / u8 a number
             return ctypes.c_char
         if t.size == 16:
             return ctypes.c_uint8 * 16
