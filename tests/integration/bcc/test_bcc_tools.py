@@ -14,6 +14,8 @@ import time
 
 import pytest
 
+from helpers import bpf_objects_held_by, still_in_kernel
+
 pytestmark = [pytest.mark.integration, pytest.mark.skipif(os.geteuid() != 0, reason="loads BPF programs")]
 
 EBPFKIT = [sys.executable, "-m", "ebpfkit"]
@@ -111,3 +113,17 @@ def test_tcpstates_shows_a_loopback_connections_state_changes_on_its_port():
                      ("FIN_WAIT2", "CLOSE")], out + err  # (CLOSE -> SYN_SENT comes before its port is bound)
     served = re.findall(rf"127\.0\.0\.1\s+{port}\s+127\.0\.0\.1\s+{client_port}\s+(\S+)\s+->\s+(\S+)", out)
     assert ("SYN_RECV", "ESTABLISHED") in served and ("LAST_ACK", "CLOSE") in served, out
+
+
+def test_a_tool_killed_with_sigkill_leaves_nothing_loaded():
+    proc = start_tool("tcpstates")  # two perf buffers, a hash, a tracepoint link
+    try:
+        wait_for_header(proc, "NEWSTATE")
+        held = bpf_objects_held_by(proc.pid)
+        proc.kill()
+        proc.wait(timeout=30)
+    finally:
+        proc.kill()
+        proc.communicate(timeout=30)
+    assert {kind for kind, _ in held} >= {"prog", "link", "map"}, held
+    assert still_in_kernel(held) == set()
