@@ -13,7 +13,9 @@ import os
 
 from ..errors import EbpfkitError, NotSupportedError
 from ..engine.constants import ProgType
+from . import facts
 from . import table as tables
+from .facts import _binary, _text
 from .table import _say
 
 _KIND_TYPES = {"kprobe": ProgType.KPROBE, "kretprobe": ProgType.KPROBE, "tracepoint": ProgType.TRACEPOINT,
@@ -273,137 +275,30 @@ class BPF:
         line = self._trace.readline()
         return line.decode(errors="replace").rstrip("\n") if line else None
 
-    # --- facts BCC scripts ask for ---
-
-    @staticmethod
-    def tracepoint_exists(category, event) -> bool:
-        from ..sysinfo.events import tracepoint_exists
-
-        return tracepoint_exists(_text(category), _text(event))
-
-    @staticmethod
-    def generate_auto_includes(program_words) -> str:
-        """BCC adds kernel headers for the types a probe names; vmlinux.h has them all."""
-        return ""
-
-    @staticmethod
-    def support_raw_tracepoint() -> bool:
-        return True
+    # --- facts BCC scripts ask for (facts.py) ---
+    tracepoint_exists = staticmethod(facts.tracepoint_exists)
+    generate_auto_includes = staticmethod(facts.generate_auto_includes)
+    support_raw_tracepoint = staticmethod(facts.support_raw_tracepoint)
+    get_syscall_prefix = staticmethod(facts.get_syscall_prefix)
+    ksym = staticmethod(facts.ksym)
+    ksymname = staticmethod(facts.ksymname)
+    get_kprobe_functions = staticmethod(facts.get_kprobe_functions)
+    get_tracepoints = staticmethod(facts.get_tracepoints)
+    kernel_struct_has_field = staticmethod(facts.kernel_struct_has_field)
+    support_kfunc = staticmethod(facts.support_kfunc)
+    support_lsm = staticmethod(facts.support_lsm)
+    monotonic_time = staticmethod(facts.monotonic_time)
+    find_library = staticmethod(facts.find_library)
+    find_exe = staticmethod(facts.find_exe)
 
     def get_syscall_fnname(self, name):
-        return self.get_syscall_prefix() + _text(name).encode()
-
-    @staticmethod
-    def get_syscall_prefix() -> bytes:
-        from ..engine.symbols import kernel_symbols
-
-        syms = kernel_symbols()
-        return next((p for p in (b"__x64_sys_", b"__arm64_sys_", b"sys_") if f"{p.decode()}bpf" in syms), b"sys_")
-
-    @staticmethod
-    def ksym(addr, show_module=False, show_offset=False) -> bytes:
-        """The kernel function at ``addr`` (``[unknown]`` if none)."""
-        from ..engine.symbols import kernel_symbols
-
-        sym = kernel_symbols().resolve(addr)
-        if not sym.known:
-            return b"[unknown]"
-        text = sym.name + (f"+{sym.offset:#x}" if show_offset else "")
-        return (text + (f" [{sym.module}]" if show_module and sym.module else "")).encode()
-
-    @staticmethod
-    def ksymname(name) -> int:
-        """The address of kernel symbol ``name`` (-1 if none)."""
-        from ..engine.symbols import kernel_symbols
-
-        addr = kernel_symbols().address(_text(name))
-        return -1 if addr is None else addr
+        return facts.get_syscall_fnname(name)
 
     def sym(self, addr, pid, show_module=False, show_offset=False, demangle=True) -> bytes:
-        """The function of process ``pid`` at ``addr`` (``[unknown]`` if none); pid < 0: the kernel."""
-        if pid is None or pid < 0:
-            return self.ksym(addr, show_module, show_offset)
-        from ..engine.symbols import Symbolizer
-
-        if getattr(self, "_symbolizer", None) is None:
-            self._symbolizer = Symbolizer()
-        proc = self._symbolizer.process(pid)
-        sym = proc.resolve(addr) if proc is not None else None
-        if sym is None or not sym.known:
-            return b"[unknown]"
-        text = sym.name + (f"+{sym.offset:#x}" if show_offset else "")
-        return (text + (f" [{sym.module}]" if show_module and sym.module else "")).encode()
-
-    @staticmethod
-    def get_kprobe_functions(event_re) -> list[bytes]:
-        """Kernel functions a kprobe may attach to whose names match ``event_re``."""
-        import re
-
-        from ..engine.mounts import ensure_tracefs
-
-        pattern = re.compile(event_re if isinstance(event_re, bytes) else event_re.encode())
-        try:
-            with open(os.path.join(ensure_tracefs(), "available_filter_functions"), "rb") as f:
-                names = [line.split()[0] for line in f if line.strip()]
-        except OSError:
-            return []
-        return list(dict.fromkeys(n for n in names if pattern.match(n)))
-
-    @staticmethod
-    def get_tracepoints(tp_re) -> list[bytes]:
-        import re
-
-        from ..engine.mounts import ensure_tracefs
-
-        pattern = re.compile(_text(tp_re))
-        events = os.path.join(ensure_tracefs(), "events")
-        found = []
-        for group in sorted(os.listdir(events)):
-            if os.path.isdir(os.path.join(events, group)):
-                for event in sorted(os.listdir(os.path.join(events, group))):
-                    if pattern.match(f"{group}:{event}") and os.path.isdir(os.path.join(events, group, event)):
-                        found.append(f"{group}:{event}".encode())
-        return found
-
-    @staticmethod
-    def kernel_struct_has_field(struct_name, field_name) -> bool:
-        from ..engine import kernel_struct_members
-
-        return _text(field_name) in kernel_struct_members(_text(struct_name))
-
-    @staticmethod
-    def support_kfunc() -> bool:
-        from ..engine import features
-
-        return features.probe("fentry").supported
-
-    @staticmethod
-    def support_lsm() -> bool:
-        from ..engine import features
-
-        return features.probe("lsm").supported
-
-    @staticmethod
-    def monotonic_time() -> int:
-        import time
-
-        return time.monotonic_ns()
-
-    @staticmethod
-    def find_library(libname) -> bytes | None:
-        path = _library(_text(libname))
-        return path.encode() if path else None
-
-    @staticmethod
-    def find_exe(bin_path) -> bytes | None:
-        import shutil
-
-        name = _text(bin_path)
-        found = name if os.path.isfile(name) and os.access(name, os.X_OK) else shutil.which(name)
-        return found.encode() if found else None
+        return facts.sym(addr, pid, show_module, show_offset, demangle)
 
     def get_probe_limit(self) -> int:
-        return 1000
+        return facts.get_probe_limit()
 
     # --- the end ---
 
@@ -442,35 +337,7 @@ def _require_kprobes(fn_name: str) -> None:
                                 hint="attach it to a tracepoint instead (TRACEPOINT_PROBE, attach_tracepoint)")
 
 
-def _text(value) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
-
-def _library(name: str) -> str | None:
-    """``c`` -> the path of libc.so.6 (as ldconfig knows it), like BCC's find_library."""
-    import subprocess
-
-    try:
-        out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    for line in out.splitlines():
-        soname, _, path = line.strip().partition(" => ")
-        if soname.startswith((f"lib{name}.so ", f"lib{name}.so.")) and os.path.exists(path):
-            return path
-    return None
-
-
-def _binary(name: str) -> str:
-    """What a uprobe's ``name`` means in BCC: a path, a library name (``c``), or a program on PATH."""
-    import shutil
-
-    if os.sep in name and os.path.exists(name):
-        return name
-    found = _library(name) or shutil.which(name)
-    if not found:
-        raise EbpfkitError(f"uprobe target '{name}': no such file, library (ldconfig -p) or program on PATH")
-    return found
 
 
 def _source(src_file, text) -> tuple[str, str]:

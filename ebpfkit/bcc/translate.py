@@ -290,8 +290,8 @@ class _Walker:
 
         if cursor.kind == K.FUNCTION_DECL:
             btf = _named_probe(cursor.spelling)[0] in _BTF_KINDS
-        if cursor.kind == K.CALL_EXPR and self._method_call(cursor):
-            pass
+        if cursor.kind == K.CALL_EXPR:
+            self._method_call(cursor)  # its arguments are visited below, as any expression's
         elif cursor.kind == K.MEMBER_REF_EXPR and not btf and not self._in_chain(parents):
             if self._kernel_read(cursor, parents):
                 return  # the chain's inner members are part of this edit
@@ -599,4 +599,4 @@ def _compile_error(name: str, errors) -> CompileError:
             file = f"{name}.c"
         diagnostics.append((file, loc.line, loc.column, "error", d.spelling, ""))
         lines.append(f"{file}:{loc.line}:{loc.column}: error: {d.spelling}")
-    return CompileError(f"the BCC program does not compile:\n" + "\n".join(lines), diagnostics)
+    return CompileError("the BCC program does not compile:\n" + "\n".join(lines), diagnostics)

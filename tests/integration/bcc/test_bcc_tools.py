@@ -40,10 +40,16 @@ def wait_for_header(proc: subprocess.Popen, text: str, timeout: float = 60) -> l
     raise AssertionError(f"no '{text}' in {timeout} s: {lines}")
 
 
+# BCC's tools print their header before they open their perf buffers (BCC and ebpfkit alike):
+# what happens in between is not seen, so a test lets that moment pass
+SETTLE = 1.0
+
+
 def test_exitsnoop_shows_an_exit_code_and_a_killing_signal():
     proc = start_tool("exitsnoop")
     try:
         wait_for_header(proc, "EXIT_CODE")
+        time.sleep(SETTLE)
         coded = subprocess.Popen(["sh", "-c", "exit 3"])
         coded.wait()
         killed = subprocess.Popen(["sleep", "30"])
@@ -93,6 +99,7 @@ def test_tcpstates_shows_a_loopback_connections_state_changes_on_its_port():
     proc = start_tool("tcpstates")
     try:
         wait_for_header(proc, "NEWSTATE")
+        time.sleep(SETTLE)
         server = socket.socket()
         server.bind(("127.0.0.1", 0))
         server.listen()
