@@ -153,17 +153,21 @@ class BPF:
         self._attach_uprobe("uretprobe", name, sym, fn_name, addr, 0, pid)
 
     def _attach_uprobe(self, kind, name, sym, fn_name, addr, sym_off, pid) -> None:
-        binary = _binary(_text(name))
-        symbol, offset = (_text(sym) or None), sym_off
-        if addr is not None:  # a virtual address in the file: libbpf wants its file offset
-            from ..engine.symbols import elf_symbols
+        from ..engine.symbols import elf_symbols
 
-            offset, symbol = elf_symbols(binary).vaddr_to_file_offset(addr), None
-            if offset is None:
-                raise EbpfkitError(f"address {addr:#x} is in no loadable segment of {binary}")
+        binary = _binary(_text(name))
+        key = (kind, f"{binary}:{_text(sym) or hex(addr or 0)}", _text(fn_name))
+        # a symbol or address -> its file offset, found here: libbpf refuses a name that
+        # has several versions (libc's pthread_create@@GLIBC_2.34 and @GLIBC_2.2.5)
+        symbol, offset = (_text(sym) or None), sym_off
+        vaddr = addr if addr is not None else elf_symbols(binary).symbol_vaddr(symbol) if symbol else None
+        if vaddr is not None:
+            found = elf_symbols(binary).vaddr_to_file_offset(vaddr)
+            if found is None:
+                raise EbpfkitError(f"address {vaddr:#x} is in no loadable segment of {binary}")
+            symbol, offset = None, found + (sym_off if addr is None else 0)
         prog = self.load_func(fn_name, self.KPROBE)
-        self._links[(kind, f"{binary}:{symbol or hex(offset)}", _text(fn_name))] = prog.attach_uprobe(
-            binary, symbol, offset, pid, retprobe=kind == "uretprobe")
+        self._links[key] = prog.attach_uprobe(binary, symbol, offset, pid, retprobe=kind == "uretprobe")
 
     def detach_uprobe(self, name=b"", sym=b"", addr=None, fn_name=None, pid=-1):
         self._detach("uprobe", f"{_binary(_text(name))}:{_text(sym) or hex(addr or 0)}", fn_name)
