@@ -107,11 +107,16 @@ class BPF:
     # --- attaching ---
 
     def attach_tracepoint(self, tp=b"", tp_re=b"", fn_name=b""):
-        category, _, event = _text(tp).partition(":")
-        if not event:
-            raise EbpfkitError(f"tracepoint '{_text(tp)}': write it category:event (e.g. sched:sched_switch)")
+        """Attach to ``tp`` ("category:event"), or to every tracepoint ``tp_re`` matches."""
+        names = [_text(t) for t in facts.get_tracepoints(tp_re)] if tp_re else [_text(tp)]
+        if not names:
+            raise EbpfkitError(f"no tracepoint matches '{_text(tp_re)}'")
         prog = self.load_func(fn_name, self.TRACEPOINT)
-        self._links[("tracepoint", _text(tp), _text(fn_name))] = prog.attach_tracepoint(category, event)
+        for name in names:
+            category, _, event = name.partition(":")
+            if not event:
+                raise EbpfkitError(f"tracepoint '{name}': write it category:event (e.g. sched:sched_switch)")
+            self._links[("tracepoint", name, _text(fn_name))] = prog.attach_tracepoint(category, event)
 
     def detach_tracepoint(self, tp=b"", fn_name=None):
         self._detach("tracepoint", _text(tp), fn_name)
@@ -298,11 +303,8 @@ class BPF:
     def get_syscall_fnname(self, name):
         return facts.get_syscall_fnname(name)
 
-    def sym(self, addr, pid, show_module=False, show_offset=False, demangle=True) -> bytes:
-        return facts.sym(addr, pid, show_module, show_offset, demangle)
-
-    def get_probe_limit(self) -> int:
-        return facts.get_probe_limit()
+    sym = staticmethod(facts.sym)  # static in BCC too: scripts call BPF.sym(addr, pid)
+    get_probe_limit = staticmethod(facts.get_probe_limit)
 
     # --- the end ---
 

@@ -186,8 +186,8 @@
 		((long (*)(const char *, __u32, ...))BPF_FUNC_trace_printk)(__ek_fmt, sizeof(__ek_fmt), \
 									    ##__VA_ARGS__);               \
 	})
-#define bpf_probe_read(dst, size, src) bpf_probe_read_kernel(dst, size, src)
-#define bpf_probe_read_str(dst, size, src) bpf_probe_read_kernel_str(dst, size, src)
+/* bpf_probe_read/bpf_probe_read_str stay libbpf's: the compat helpers, which read user or kernel
+ * memory (x86's address spaces do not overlap), as BCC's tools expect */
 #define lock_xadd(ptr, val) ((void)__sync_fetch_and_add(ptr, val))
 #define bpf_get_current_task_btf_ptr() ((struct task_struct *)bpf_get_current_task())
 
