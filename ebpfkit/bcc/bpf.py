@@ -12,15 +12,10 @@ import hashlib
 import os
 
 from ..errors import EbpfkitError, NotSupportedError
-from ..engine.constants import ProgType
 from . import facts
 from . import table as tables
 from .facts import _binary, _text
 from .table import _say
-
-_KIND_TYPES = {"kprobe": ProgType.KPROBE, "kretprobe": ProgType.KPROBE, "tracepoint": ProgType.TRACEPOINT,
-               "raw_tracepoint": ProgType.RAW_TRACEPOINT}
-
 
 class BPF:
     # BCC's program-type constants (load_func's second argument)
