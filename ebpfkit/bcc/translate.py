@@ -414,10 +414,7 @@ class _Walker:
         if len(kids) != 2 or self._unevaluated(parents) or self._assigned(expr, parents) or \
                 self._address_taken(parents):
             return False
-        base = kids[0]
-        while base is not None and base.kind in (K.UNEXPOSED_EXPR, K.PAREN_EXPR, K.CSTYLE_CAST_EXPR):
-            children = list(base.get_children())
-            base = children[-1] if children else None
+        base = _strip_casts(kids[0])
         if base is None or base.kind != K.DECL_REF_EXPR or self._direct(base) or not _kernel_pointer(base.type):
             return False
         if expr.extent.start.file is None or expr.extent.start.file.name != PROGRAM_FILE:
@@ -503,8 +500,7 @@ def _direct_source(expr) -> bool:
     lookup (a helper, or a table method) or the address of a variable of its own."""
     from clang.cindex import CursorKind as K
 
-    while expr is not None and expr.kind in (K.UNEXPOSED_EXPR, K.PAREN_EXPR, K.CSTYLE_CAST_EXPR):
-        expr = list(expr.get_children())[-1] if list(expr.get_children()) else None
+    expr = _strip_casts(expr)
     if expr is None:
         return False
     if expr.kind == K.CALL_EXPR:
@@ -514,6 +510,16 @@ def _direct_source(expr) -> bool:
         tokens = [t.spelling for t in expr.get_tokens()]
         return tokens[:1] == ["&"] and "->" not in tokens
     return False
+
+
+def _strip_casts(cursor):
+    """Past casts, written or implicit, and parentheses (a cast's operand is its last child)."""
+    from clang.cindex import CursorKind as K
+
+    while cursor is not None and cursor.kind in (K.UNEXPOSED_EXPR, K.PAREN_EXPR, K.CSTYLE_CAST_EXPR):
+        children = list(cursor.get_children())
+        cursor = children[-1] if children else None
+    return cursor
 
 
 def _strip(cursor):
