@@ -132,7 +132,7 @@ def pingtrace_rtts(client: str, address: str, count: int) -> list[float]:
 
 def python_send_rtts(client: str, address: str, count: int) -> list[float]:
     """No BPF at all: pingtrace's request, sent from a Python loop at 1000/s on a raw socket in
-    the client namespace, its RTT taken as ping takes its own (clock read before sendto(), the
+    the client namespace (polling between probes, as ping and pingtrace do), its RTT taken as ping takes its own (clock read before sendto(), the
     kernel's receive stamp of the reply, SO_TIMESTAMPNS), µs: what a probe sent from Python
     costs before any checkpoint, and with the floor programs attached, what the hooks add."""
     import select
@@ -157,7 +157,9 @@ def python_send_rtts(client: str, address: str, count: int) -> list[float]:
                     sec, nsec = struct.unpack("qq", ancillary[0][2][:16])
                     rtts.append((sec * 10**9 + nsec - sent) / 1000)
                     break
-            time.sleep(0.001)
+            next_at = time.monotonic() + 0.001
+            while time.monotonic() < next_at:  # polled, not slept, as ping and pingtrace do
+                os.sched_yield()
     finally:
         sock.close()
     return rtts

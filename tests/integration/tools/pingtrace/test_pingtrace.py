@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import statistics
 import subprocess
@@ -289,6 +290,23 @@ def test_a_busy_cpu_grows_the_readers_wakeup_stage(netns, peer_netns, veth_pair,
     assert held[-2] <= HOG_BURST_S * 1e6 + 1000, held  # at most what is left of one burst
     growth = stage_growth(bare, busy)
     assert max(growth, key=growth.get) == wakeup, sorted(growth.items(), key=lambda kv: -kv[1])[:3]
+
+
+def test_the_client_polls_only_in_the_last_stretch_before_a_probe(netns, veth_pair):
+    """Probes 1 ms apart are sent from a client that never sleeps between them (as ping's are:
+    a probe leaving a CPU that has just woken is µs slower on a fast path); probes 10 ms apart
+    from one that sleeps until the last 2 ms before each. A sleep is a voluntary context switch
+    of the reading thread (a poll's sched_yield() with nothing else to run is none)."""
+    def switches_while(count: int, interval_us: int) -> int:
+        before = resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw
+        results = probe(veth_pair.b.address, netns.name, count=count, interval_us=interval_us)
+        assert len(results) == count and not any(r.lost for r in results)
+        return resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw - before
+
+    assert pingtrace.session.SPIN_S == 0.002
+    fast, slow = switches_while(200, 1000), switches_while(20, 10_000)
+    assert fast < 20, fast  # the odd page fault or preemption, not one sleep a probe
+    assert slow >= 20, slow
 
 
 def test_a_probe_dropped_at_a_hop_is_lost_with_where_it_was_last_seen(netns, peer_netns, veth_pair, hop):
