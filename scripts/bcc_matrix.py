@@ -28,7 +28,9 @@ import time
 
 TOOLS_DIR = "/usr/sbin"
 MARK = f"ekmatrix{os.getpid()}"
-# arguments a tool needs to trace anything (BCC's own examples); {pid} is the workload's
+CERT = ""  # set in main()
+# arguments a tool needs to trace anything (BCC's own examples); {pid} is the workload's,
+# {dir} its directory, {dev} the block device under it, {tty} the terminal it writes to
 ARGS = {
     "argdist": ["-C", "t:syscalls:sys_enter_openat():int:args->dfd"],
     "funccount": ["t:syscalls:sys_enter_openat"],
@@ -39,7 +41,9 @@ ARGS = {
     "trace": ["t:syscalls:sys_enter_openat \"%s\", args->filename"],
     "ext4slower": ["0"], "btrfsslower": ["0"], "xfsslower": ["0"], "zfsslower": ["0"], "nfsslower": ["0"],
     "fileslower": ["0"], "biosnoop": [], "profile": ["-F", "99"], "offcputime": ["-p", "{pid}"],
-    "memleak": ["-p", "{pid}"], "inject": ["kmalloc", "-P", "0"], "dbslower": ["mysql"], "dbstat": ["mysql"],
+    "memleak": ["-p", "{pid}", "1"], "inject": ["kmalloc", "-P", "0"], "dbslower": ["mysql"],
+    "dbstat": ["mysql"], "biolatpcts": ["{dev}", "-i", "1", "-w", "after-rq-alloc"], "deadlock": ["{pid}"], "dirtop": ["-d", "{dir}"],
+    "ttysnoop": ["{tty}"], "netqtop": ["-n", "lo"], "llcstat": ["1"],
 }
 for lang in ("java", "node", "perl", "php", "python", "ruby", "tcl"):
     for kind in ("calls", "flow", "gc", "objnew", "stat", "threads"):
@@ -51,16 +55,34 @@ EVIDENCE = {
     "syscount": "openat", "funccount": "sys_enter_openat", "argdist": "dfd", "stackcount": "openat",
     "biolatency": r"\d+ -> \d+\s+: [1-9]", "runqlat": r"\d+ -> \d+\s+: [1-9]", "biosnoop": "{pid}",
     "tcpretrans": "", "ext4slower": "{mark}", "cachestat": r"\d", "profile": "python", "offcputime": "python",
+    # and of others whose workload the matrix makes
+    "bashreadline": "{mark}", "sslsniff": "{mark}", "bpflist": r"\b{pid}\b", "ttysnoop": "{mark}",
 }
 WORKLOAD = r"""
-import os, socket, subprocess, sys, time, signal
-mark, port, end = sys.argv[1], int(sys.argv[2]), time.time() + float(sys.argv[3])
+import ctypes, json, os, pty, socket, ssl, subprocess, sys, threading, time, signal
+mark, port, end, cert = sys.argv[1], int(sys.argv[2]), time.time() + float(sys.argv[3]), sys.argv[4]
 d = os.path.join(os.environ.get("MATRIX_DIR", "/var/tmp"), mark)
 os.makedirs(d, exist_ok=True)
 child = subprocess.Popen(["sleep", "3600"])
-print(child.pid, flush=True)
+# a BPF map held open (what bpflist lists): BPF_MAP_CREATE of a one-slot array
+attr = (ctypes.c_uint32 * 16)(2, 4, 4, 1)
+map_fd = ctypes.CDLL(None, use_errno=True).syscall(321, 0, ctypes.byref(attr), ctypes.sizeof(attr))
+# an interactive bash on a terminal of its own, given a command line to read each loop
+term, tty = os.openpty()
+bash = subprocess.Popen(["bash", "--norc", "--noprofile", "-i"], stdin=tty, stdout=tty, stderr=tty,
+                        start_new_session=True)
+print(json.dumps({"child": child.pid, "bash": bash.pid, "tty": os.ttyname(tty)}), flush=True)
 srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 srv.bind(("127.0.0.1", port)); srv.listen(8)
+tls_srv = socket.socket(); tls_srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+tls_srv.bind(("127.0.0.1", port + 1)); tls_srv.listen(8)
+server_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); server_tls.load_cert_chain(cert)
+def tls_echo():  # an HTTPS server for curl (OpenSSL's SSL_write/SSL_read, which sslsniff probes)
+    while True:
+        conn, _ = tls_srv.accept()
+        with server_tls.wrap_socket(conn, server_side=True) as s:
+            s.recv(1000); s.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok")
+threading.Thread(target=tls_echo, daemon=True).start()
 while time.time() < end:
     path = os.path.join(d, mark + ".dat")
     with open(path, "wb") as f:
@@ -71,21 +93,47 @@ while time.time() < end:
     subprocess.run(["sh", "-c", ": " + mark])
     c = socket.create_connection(("127.0.0.1", port)); a, _ = srv.accept(); c.send(b"x" * 1000); a.recv(1000)
     c.close(); a.close()
+    subprocess.run(["curl", "-sk", f"https://127.0.0.1:{port + 1}/{mark}"], stdout=subprocess.DEVNULL)
     socket.getaddrinfo("localhost", port)
+    threading.Thread(target=time.sleep, args=(0.01,), name=mark[:15]).start()
+    os.write(term, f": {mark}\n".encode())
     os.unlink(path)
     time.sleep(0.2)
 os.kill(child.pid, signal.SIGTERM); child.wait()
+bash.kill()
 """
+
+
+
+def block_device(path: str) -> str:
+    """The name of the disk ``path`` is on (a partition's disk), as /sys/block names it."""
+    dev = os.stat(path).st_dev
+    real = os.path.realpath(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}")
+    if os.path.exists(os.path.join(real, "partition")):
+        real = os.path.dirname(real)
+    return os.path.basename(real)
+
+
+def make_certificate(directory: str) -> str:
+    """A self-signed certificate and key in one PEM file, for the workload's TLS (sslsniff)."""
+    pem = os.path.join(directory, "matrix.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+                    "/CN=bcc-matrix", "-keyout", pem, "-out", pem + ".crt"], check=True, capture_output=True)
+    with open(pem, "a") as key, open(pem + ".crt") as crt:
+        key.write(crt.read())
+    return pem
 
 
 def run_tool(name: str, engine: str, seconds: float) -> dict:
     port = 20000 + os.getpid() % 20000
     work_dir = tempfile.mkdtemp(prefix="bcc-matrix-", dir="/var/tmp")
-    load = subprocess.Popen([sys.executable, "-c", WORKLOAD, MARK, str(port), str(seconds + 2)],
+    load = subprocess.Popen([sys.executable, "-c", WORKLOAD, MARK, str(port), str(seconds + 2), CERT],
                             stdout=subprocess.PIPE, text=True, env=dict(os.environ, MATRIX_DIR=work_dir),
                             start_new_session=True)
-    child = load.stdout.readline().strip()
-    args = [a.format(pid=load.pid) for a in ARGS.get(name, [])]
+    workload = json.loads(load.stdout.readline())
+    child = workload["child"]
+    args = [a.format(pid=load.pid, dir=work_dir, dev=block_device(work_dir), tty=workload["tty"])
+            for a in ARGS.get(name, [])]
     if engine == "ebpfkit":
         argv = [sys.executable, "-m", "ebpfkit", "bcc", "run", name, *args]
     else:
@@ -106,6 +154,10 @@ def run_tool(name: str, engine: str, seconds: float) -> dict:
         ended_itself = False
     os.killpg(load.pid, signal.SIGKILL)  # the workload and its child
     load.wait()
+    try:
+        os.kill(workload["bash"], signal.SIGKILL)  # in a session of its own
+    except ProcessLookupError:
+        pass
     subprocess.run(["rm", "-rf", work_dir])
     row = {"tool": name, "engine": engine, "seconds": round(time.monotonic() - started, 1), "status": "pass",
            "reason": ""}
@@ -121,7 +173,38 @@ def run_tool(name: str, engine: str, seconds: float) -> dict:
                 row.update(status="no-evidence", reason=f"'{pattern}' not in its output")
         elif len(out.strip().splitlines()) < 2:
             row.update(status="no-output", reason=_last_line(err) or "nothing beyond its banner")
+    row["needs"] = needs(row)
     return row
+
+
+# why a tool that did not pass could not have: what it needs that the run did not have
+NEEDS = (
+    ("kprobes", r"has no kprobes"),
+    ("USDT shell wrapper", r"is not a Python script"),
+    ("a program not installed", r"pidof', 'mysqld|mysqld"),
+    ("hardware this machine lacks", r"only support Intel|hcall_|powerpc|attach to a hardware event"),
+    ("a terminal", r"nocbreak\(\) returned ERR|setupterm"),
+)
+
+
+def needs(row: dict) -> str:
+    """What a row that did not pass needed ("" when nothing outside ebpfkit explains it)."""
+    if row["status"] == "pass":
+        return ""
+    return next((what for what, pattern in NEEDS if re.search(pattern, row["reason"])), "")
+
+
+def summary(rows: list) -> str:
+    """How many passed, of all and of those that needed nothing the kernel or machine lacks."""
+    passed = sum(r["status"] == "pass" for r in rows)
+    unmet = {}
+    for r in rows:
+        if r.get("needs"):
+            unmet[r["needs"]] = unmet.get(r["needs"], 0) + 1
+    runnable = len(rows) - sum(unmet.values())
+    parts = ", ".join(f"{n} need {what}" for what, n in sorted(unmet.items(), key=lambda kv: -kv[1]))
+    return (f"{passed} of {len(rows)} pass ({100 * passed / max(1, len(rows)):.0f}%); {parts or 'none need more'}; "
+            f"of the {runnable} that need none of these, {passed} pass ({100 * passed / max(1, runnable):.0f}%)")
 
 
 def _last_line(text: str) -> str:
@@ -138,6 +221,8 @@ def main() -> int:
     parser.add_argument("--only", help="comma-separated tool names")
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args()
+    global CERT
+    CERT = make_certificate(tempfile.mkdtemp(prefix="bcc-matrix-cert-"))
     names = sorted(os.path.basename(p)[:-len("-bpfcc")] for p in glob.glob(os.path.join(TOOLS_DIR, "*-bpfcc")))
     if args.only:
         names = [n for n in names if n in args.only.split(",")]
@@ -146,9 +231,9 @@ def main() -> int:
     for name in names:
         row = run_tool(name, args.engine, args.seconds)
         rows.append(row)
-        print(f"| {name} | {row['status']} | {row['reason'].replace('|', '/')} |", flush=True)
-    passed = sum(r["status"] == "pass" for r in rows)
-    print(f"\n{passed} of {len(rows)} passed ({100 * passed / max(1, len(rows)):.0f}%)")
+        status = f"needs {row['needs']}" if row["needs"] else row["status"]
+        print(f"| {name} | {status} | {row['reason'].replace('|', '/')} |", flush=True)
+    print("\n" + summary(rows))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"kernel": os.uname().release, "engine": args.engine, "rows": rows}, f, indent=1)

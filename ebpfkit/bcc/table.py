@@ -24,14 +24,23 @@ class TableBase(MutableMapping):
     # --- keys and values ---
 
     def _key(self, key) -> bytes:
-        if not isinstance(key, self.Key):
-            key = self.Key(key.value if hasattr(key, "value") and not isinstance(key, ctypes.Structure) else key)
-        return bytes(key)
+        return self._encode(key, self.Key, "key")
 
     def _leaf(self, value) -> bytes:
-        if not isinstance(value, self.Leaf):
-            value = self.Leaf(value.value if hasattr(value, "value") else value)
-        return bytes(value)
+        return self._encode(value, self.Leaf, "value")
+
+    def _encode(self, obj, kind, what: str) -> bytes:
+        """``obj`` as the map's bytes: a Key/Leaf, a Python value one takes, or a ctypes object
+        of the script's own with the same size (BCC passes any by reference: netqtop's Devname)."""
+        if isinstance(obj, kind):
+            return bytes(obj)
+        if isinstance(obj, (ctypes.Structure, ctypes.Union, ctypes.Array)):
+            raw = bytes(obj)
+            if len(raw) != ctypes.sizeof(kind):
+                raise MapError(f"table '{self.name}': a {what} of {len(raw)} bytes ({type(obj).__name__}) "
+                               f"where the map's are {ctypes.sizeof(kind)}")
+            return raw
+        return bytes(kind(obj.value if isinstance(obj, ctypes._SimpleCData) else obj))
 
     def _decode(self, raw: bytes):
         return self.Leaf.from_buffer_copy(raw[:ctypes.sizeof(self.Leaf)])

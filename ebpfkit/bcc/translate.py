@@ -31,7 +31,7 @@ INCLUDE_DIR = os.path.join(os.path.dirname(__file__), "include")
 # unsaved (in-memory) files, in a directory that need not exist
 VIRTUAL_DIR = "/ebpfkit-bcc"
 MAIN_FILE, PROGRAM_FILE = f"{VIRTUAL_DIR}/main.c", f"{VIRTUAL_DIR}/bcc_program.c"
-VERSION = 6  # of the translation: part of the cache key
+VERSION = 7  # of the translation: part of the cache key
 
 _HEADERS = """\
 #include "vmlinux.h"
@@ -276,8 +276,8 @@ class _Walker:
         syscall = fn.spelling.startswith("syscall__")
         lines = [f" struct pt_regs *__ek_regs = PT_REGS_SYSCALL_REGS({ctx});"] if syscall else []
         for n, p in enumerate(params[1:], start=1):
-            if n > 5:
-                raise NotSupportedError("kprobe arguments", f"{fn.spelling}: more than 5 arguments after ctx")
+            if n > 6:  # what the calling convention passes in registers
+                raise NotSupportedError("kprobe arguments", f"{fn.spelling}: more than 6 arguments after ctx")
             reg = f"PT_REGS_PARM{n}_CORE_SYSCALL(__ek_regs)" if syscall else f"PT_REGS_PARM{n}({ctx})"
             lines.append(f" {p.type.spelling} {p.spelling} = ({p.type.spelling}){reg};")
         brace = body.extent.start.offset + 1
@@ -393,14 +393,17 @@ class _Walker:
         core = _kernel_struct(links[first][2].type)
         read = "BPF_CORE_READ" if core else "BPF_PROBE_READ"
         if taken or array:  # an address: no read of the last member
-            inner = f"{read}({src}, {', '.join(accessors[:-1])})" if len(accessors) > 1 else f"({src})"
-            new = f"&({inner})->{accessors[-1]}"
+            # the struct holding the last member is read first, into a local: clang refuses a
+            # CO-RE read nested in the relocated address of another
+            owner = f"{read}({src}, {', '.join(accessors[:-1])})" if len(accessors) > 1 else f"({src})"
+            address = f"&__ek_owner->{accessors[-1]}"
             if core:
-                new = f"__builtin_preserve_access_index({new})"
+                address = f"__builtin_preserve_access_index({address})"
+            if not taken:  # as the array would decay: a pointer to its first element
+                address = f"(typeof(&__ek_owner->{accessors[-1]}[0])){address}"
+            new = f"({{ __auto_type __ek_owner = {owner}; {address}; }})"
             if taken:  # the program's own & stays in front: give it an lvalue
                 new = f"(*{new})"
-            else:  # as the array would decay: a pointer to its first element
-                new = f"((typeof(&({inner})->{accessors[-1]}[0])){new})"
         else:
             new = f"{read}({src}, {', '.join(accessors)})"
         self.edits.append((node.extent.start.offset, top.extent.end.offset, new))

@@ -187,7 +187,13 @@
 									    ##__VA_ARGS__);               \
 	})
 /* bpf_probe_read/bpf_probe_read_str stay libbpf's: the compat helpers, which read user or kernel
- * memory (x86's address spaces do not overlap), as BCC's tools expect */
+ * memory (x86's address spaces do not overlap), as BCC's tools expect. Their _kernel forms are
+ * the compat ones too on x86: BCC's tools read syscall tracepoints' user strings with them
+ * (trace's `"%s", args->filename`), which the strict helper refuses, leaving them empty. */
+#if defined(__TARGET_ARCH_x86)
+#define bpf_probe_read_kernel bpf_probe_read
+#define bpf_probe_read_kernel_str bpf_probe_read_str
+#endif
 #define lock_xadd(ptr, val) ((void)__sync_fetch_and_add(ptr, val))
 #define bpf_get_current_task_btf_ptr() ((struct task_struct *)bpf_get_current_task())
 
@@ -207,6 +213,14 @@
 #define BPF_F_REUSE_STACKID (1ULL << 10)
 #endif
 #define __user
+/* a function's sixth argument (x86-64 passes six in registers; libbpf before 1.2 names five) */
+#if !defined(PT_REGS_PARM6) && defined(__TARGET_ARCH_x86)
+#define PT_REGS_PARM6(x) (((const struct pt_regs *)(x))->r9)
+#define PT_REGS_PARM6_CORE_SYSCALL(x) BPF_CORE_READ((const struct pt_regs *)(x), r9)
+#elif !defined(PT_REGS_PARM6) && defined(__TARGET_ARCH_arm64)
+#define PT_REGS_PARM6(x) (((const struct user_pt_regs *)(x))->regs[5])
+#define PT_REGS_PARM6_CORE_SYSCALL(x) BPF_CORE_READ((const struct pt_regs *)(x), regs[5])
+#endif
 /* constants of the kernel's headers that BTF cannot carry (the shims under linux/, net/
  * are empty: one place for all of them) */
 #ifndef S_IFMT
@@ -230,6 +244,11 @@
 #define S_ISFIFO(m) (((m) & S_IFMT) == S_IFIFO)
 #define S_ISCHR(m) (((m) & S_IFMT) == S_IFCHR)
 #define S_ISBLK(m) (((m) & S_IFMT) == S_IFBLK)
+#define FMODE_CREATED 0x100000 /* the open created the file (fs.h: 1 << 20 since 4.19) */
+#define SCM_RIGHTS 0x01
+/* profile asks whether an address is the kernel's: on x86-64 and arm64 every kernel address
+ * is above this and every user address below (the kernel's own PAGE_OFFSET moves at boot) */
+#define PAGE_OFFSET 0xffff000000000000ULL
 /* task states (BTF has no #defines) */
 #define TASK_RUNNING 0x0000
 #define TASK_INTERRUPTIBLE 0x0001
@@ -245,10 +264,21 @@
 #define AF_INET 2
 #define AF_INET6 10
 #endif
+#ifndef likely
+#define likely(x) __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+#endif
 #ifndef min
 #define min(a, b) ((a) < (b) ? (a) : (b))
 #define max(a, b) ((a) > (b) ? (a) : (b))
+#define min_t(type, a, b) min((type)(a), (type)(b))
+#define max_t(type, a, b) max((type)(a), (type)(b))
 #endif
+#define div_u64(dividend, divisor) ((u64)(dividend) / (u32)(divisor))
+#define NSEC_PER_USEC 1000ULL
+#define NSEC_PER_MSEC 1000000ULL
+#define NSEC_PER_SEC 1000000000ULL
+#define USEC_PER_SEC 1000000ULL
 /* the kernel's casts between socket structs (inline functions in its headers) */
 #define tcp_sk(sk) ((struct tcp_sock *)(sk))
 #define inet_sk(sk) ((struct inet_sock *)(sk))

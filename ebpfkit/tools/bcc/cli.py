@@ -30,7 +30,6 @@ def bcc():
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def run(script, args):
     """Run SCRIPT (a path, or the name of a BCC tool) with ARGS, as BCC would."""
-    import runpy
     import sys
 
     from ...bcc import install_as_bcc
@@ -44,7 +43,24 @@ def run(script, args):
                                "wrappers start BCC's ucalls, which needs USDT probes)")
     install_as_bcc()
     sys.argv = [path, *args]
-    runpy.run_path(path, run_name="__main__")
+    with open(path, encoding="utf-8", errors="surrogateescape") as f:
+        source = with_tracefs_here(f.read())
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))  # as `python3 SCRIPT` would
+    exec(compile(source, path, "exec"), {"__name__": "__main__", "__file__": path, "__builtins__": __builtins__})
+
+
+# BCC's tools of its 0.2x releases name tracefs by its old place under debugfs (tplist reads
+# its events there), which kernels since 4.1 also mount, and many systems only, at /sys/kernel/tracing
+OLD_TRACEFS = "/sys/kernel/debug/tracing"
+
+
+def with_tracefs_here(source: str) -> str:
+    """The script's source, naming tracefs where this system has it."""
+    from ...engine.mounts import ensure_tracefs
+
+    if OLD_TRACEFS not in source or os.path.isdir(os.path.join(OLD_TRACEFS, "events")):
+        return source
+    return source.replace(OLD_TRACEFS, ensure_tracefs())
 
 
 def find_script(name: str) -> str:

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from ebpfkit.bcc import BPF
-from ebpfkit.errors import CompileError, NotSupportedError
+from ebpfkit.errors import CompileError, MapError, NotSupportedError
 
 pytestmark = [pytest.mark.integration, pytest.mark.skipif(os.geteuid() != 0, reason="loads BPF programs")]
 
@@ -205,3 +205,58 @@ def test_a_histogram_keyed_by_a_struct_prints_one_section_per_bucket(tmp_path, c
     assert [s.splitlines()[0] for s in sections] == [f"#{fd}" for fd in fds]
     rows = [{m[0]: int(m[1]) for m in re.findall(r"(\d+ -> \d+)\s*: (\d+)", s) if int(m[1])} for s in sections]
     assert rows == [{"8 -> 15": 4}, {"2048 -> 4095": 1}]
+
+
+# What BCC's tools write that kernel headers, not BTF, used to give them: an array reached
+# through two kernel pointers (mountsnoop's parent comm), a syscall's user string read with
+# the _kernel helper (trace's "%s", args->filename), and constants and inline helpers of the
+# kernel's headers (filelife's FMODE_CREATED, biolatpcts' min_t/div_u64/NSEC_PER_*).
+HEADER_IDIOMS = r"""
+#include <linux/sched.h>
+#include <linux/fs.h>
+#include <linux/time64.h>
+
+struct seen_t {
+    char parent_comm[TASK_COMM_LEN];
+    char path[192];
+    u64 ms;
+    u64 created;
+};
+BPF_ARRAY(seen, struct seen_t, 1);
+BPF_ARRAY(names, struct name_t, 1);
+
+TRACEPOINT_PROBE(syscalls, sys_enter_openat) {
+    if ((bpf_get_current_pid_tgid() >> 32) != TARGET_PID || args->mode != 0753)
+        return 0;
+    int zero = 0;
+    struct seen_t *s = seen.lookup(&zero);
+    if (!s)
+        return 0;
+    struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+    bpf_probe_read_kernel_str(&s->parent_comm, TASK_COMM_LEN, task->real_parent->comm);
+    bpf_probe_read_kernel_str(&s->path, sizeof(s->path), args->filename);
+    s->ms = min_t(u64, div_u64(3 * NSEC_PER_MSEC, NSEC_PER_MSEC), 99);
+    s->created = FMODE_CREATED;
+    return 0;
+}
+"""
+
+
+def test_header_idioms_of_bccs_tools_read_what_the_kernel_holds(tmp_path):
+    import ctypes
+
+    class Name(ctypes.Structure):  # a script's own type for a value, as netqtop's Devname
+        _fields_ = [("name", ctypes.c_char * 16)]
+
+    path = tmp_path / "idioms"
+    parent_comm = open(f"/proc/{os.getppid()}/comm", "rb").read().strip()
+    with BPF(text="struct name_t { char name[16]; };\n" + HEADER_IDIOMS,
+             cflags=[f"-DTARGET_PID={os.getpid()}"]) as b:
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o753))
+        s = b["seen"][0]
+        assert (s.parent_comm, s.path, s.ms, s.created) == (parent_comm, str(path).encode(), 3, 0x100000)
+        b["names"][0] = Name(b"lo")
+        assert b["names"][0].name == b"lo"
+        with pytest.raises(MapError, match=r"table 'names': a value of 8 bytes \(c_char_Array_8\) where the map's "
+                                           r"are 16"):
+            b["names"][0] = (ctypes.c_char * 8)()

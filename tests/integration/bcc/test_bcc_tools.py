@@ -134,3 +134,13 @@ def test_a_tool_killed_with_sigkill_leaves_nothing_loaded():
         proc.communicate(timeout=30)
     assert {kind for kind, _ in held} >= {"prog", "link", "map"}, held
     assert still_in_kernel(held) == set()
+
+
+def test_tplist_reads_tracefs_where_this_system_mounts_it():
+    """BCC 0.26's tplist reads /sys/kernel/debug/tracing, absent where debugfs is not mounted
+    (this host): `bcc run` points it at tracefs, so it lists a tracepoint and its fields."""
+    out = subprocess.run([*EBPFKIT, "bcc", "run", "tplist", "-v", "sched:sched_process_exec"], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "sched:sched_process_exec" and "    pid_t pid;" in lines, lines
