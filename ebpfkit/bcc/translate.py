@@ -31,7 +31,7 @@ INCLUDE_DIR = os.path.join(os.path.dirname(__file__), "include")
 # unsaved (in-memory) files, in a directory that need not exist
 VIRTUAL_DIR = "/ebpfkit-bcc"
 MAIN_FILE, PROGRAM_FILE = f"{VIRTUAL_DIR}/main.c", f"{VIRTUAL_DIR}/bcc_program.c"
-VERSION = 7  # of the translation: part of the cache key
+VERSION = 8  # of the translation: part of the cache key
 
 _HEADERS = """\
 #include "vmlinux.h"
@@ -297,6 +297,8 @@ class _Walker:
                 return  # the chain's inner members are part of this edit
         elif cursor.kind == K.ARRAY_SUBSCRIPT_EXPR and not btf and self._kernel_element(cursor, parents):
             return
+        elif cursor.kind == K.UNARY_OPERATOR and not btf:
+            self._kernel_deref(cursor, parents)  # its operand is visited below, as any expression's
         parents.append(cursor)
         for child in cursor.get_children():
             self._visit(child, parents, btf)
@@ -427,6 +429,33 @@ class _Walker:
                            f"({{ typeof({text}) __ek_e; bpf_probe_read_kernel(&__ek_e, sizeof(__ek_e), &{text}); "
                            f"__ek_e; }})"))
         return True
+
+    def _kernel_deref(self, expr, parents) -> bool:
+        """``*(&sk->rcv_tos - 2)``: a pointer computed from a kernel struct's member address,
+        dereferenced (bindsnoop reads bitfields so): a probe read of what it points at."""
+        if _first_token(expr) != "*" or self._unevaluated(parents) or self._assigned(expr, parents) or \
+                self._address_taken(parents) or not self._ours(expr):
+            return False
+        operand = next(expr.get_children(), None)
+        if operand is None or not any(self._kernel_member_address(c) for c in operand.walk_preorder()):
+            return False
+        star = next(expr.get_tokens())
+        self.edits.append((star.extent.start.offset, star.extent.end.offset, "__EK_DEREF("))
+        self.edits.append((expr.extent.end.offset, expr.extent.end.offset, ")"))
+        return True
+
+    def _kernel_member_address(self, cursor) -> bool:
+        """``&p->member`` where ``p`` points into the kernel."""
+        from clang.cindex import CursorKind as K
+
+        if cursor.kind != K.UNARY_OPERATOR or _first_token(cursor) != "&":
+            return False
+        member = _strip(next(cursor.get_children(), None))
+        if member is None or member.kind != K.MEMBER_REF_EXPR:
+            return False
+        base = _strip_casts(next(member.get_children(), None))
+        return base is not None and base.kind == K.DECL_REF_EXPR and not self._direct(base) and \
+            _kernel_pointer(base.type)
 
     def _is_arrow(self, member, base) -> bool:
         for tok in member.get_tokens():

@@ -124,6 +124,13 @@
 	} name __EK_MAPS_SECTION
 
 /* ---- the methods, as the translator writes them: __ek_<method>(table, args...) ---- */
+/* a kernel pointer computed by the program, dereferenced (the translator wraps `*(p)` so) */
+#define __EK_DEREF(p)                                                                             \
+	({                                                                                        \
+		typeof(*(p)) __ek_d;                                                              \
+		bpf_probe_read_kernel(&__ek_d, sizeof(__ek_d), (p));                              \
+		__ek_d;                                                                           \
+	})
 #define __ek_lookup(t, k) bpf_map_lookup_elem(&t, k)
 #define __ek_update(t, k, v) bpf_map_update_elem(&t, k, v, BPF_ANY)
 #define __ek_insert(t, k, v) bpf_map_update_elem(&t, k, v, BPF_NOEXIST)

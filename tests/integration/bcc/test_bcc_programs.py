@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 
 import pytest
 
@@ -221,6 +222,7 @@ struct seen_t {
     char path[192];
     u64 ms;
     u64 created;
+    u32 pid_before_tgid;
 };
 BPF_ARRAY(seen, struct seen_t, 1);
 BPF_ARRAY(names, struct name_t, 1);
@@ -237,6 +239,7 @@ TRACEPOINT_PROBE(syscalls, sys_enter_openat) {
     bpf_probe_read_kernel_str(&s->path, sizeof(s->path), args->filename);
     s->ms = min_t(u64, div_u64(3 * NSEC_PER_MSEC, NSEC_PER_MSEC), 99);
     s->created = FMODE_CREATED;
+    s->pid_before_tgid = *(&task->tgid - 1);  /* bindsnoop's way to a bitfield's byte */
     return 0;
 }
 """
@@ -255,6 +258,7 @@ def test_header_idioms_of_bccs_tools_read_what_the_kernel_holds(tmp_path):
         os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o753))
         s = b["seen"][0]
         assert (s.parent_comm, s.path, s.ms, s.created) == (parent_comm, str(path).encode(), 3, 0x100000)
+        assert s.pid_before_tgid == threading.get_native_id()  # task_struct: pid, then tgid
         b["names"][0] = Name(b"lo")
         assert b["names"][0].name == b"lo"
         with pytest.raises(MapError, match=r"table 'names': a value of 8 bytes \(c_char_Array_8\) where the map's "
