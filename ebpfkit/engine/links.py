@@ -129,7 +129,31 @@ def attach_error(err: int, kind: str, target: str, program: str) -> Exception:
                                  hint="use a tracepoint-based hook, or a kernel with CONFIG_KPROBES=y")
     if err in (95, 524):
         return NotSupportedError(kind, f"{what}: not supported by this kernel ({os.strerror(err)})")
+    raw_tp = target if kind == "raw_tracepoint" else \
+        target.split("/", 1)[1] if kind == "auto" and target.startswith(("raw_tp/", "raw_tracepoint/")) else None
+    if err == 22 and raw_tp:
+        count = raw_tracepoint_arg_count(raw_tp)
+        if count is not None:  # the kernel checks the program's reach into ctx->args[] against it
+            return AttachError(f"{what}: the kernel refused it (EINVAL): {raw_tp} passes {count} arguments "
+                               f"here (ctx->args[0..{count - 1}]); a program reading further was written for "
+                               "another kernel's signature of it")
     return AttachError(f"{what}: {os.strerror(err)}")
+
+
+def raw_tracepoint_arg_count(name: str) -> int | None:
+    """How many arguments raw tracepoint ``name`` passes, from the kernel's BTF (its
+    ``btf_trace_<name>`` typedef: a pointer to a prototype whose first parameter is the
+    tracepoint's own data pointer); None when BTF does not say."""
+    from .btftypes import BTF, Kind
+
+    try:
+        with open("/sys/kernel/btf/vmlinux", "rb") as f:
+            btf = BTF.from_bytes(f.read())
+        pointer = btf.type(btf.resolve(btf.find(f"btf_trace_{name}", Kind.TYPEDEF)))
+        proto = btf.type(pointer.type_id)
+    except (OSError, KeyError, ValueError):
+        return None
+    return len(proto.params) - 1 if proto.kind == Kind.FUNC_PROTO and proto.params else None
 
 
 # --- one function per hook kind; ``prog`` is an ebpfkit Program (has .ptr, .fd, .name) ---

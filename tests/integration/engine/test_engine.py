@@ -16,7 +16,7 @@ import ebpfkit.engine as engine
 from ebpfkit.engine import inventory
 from ebpfkit.engine.btftypes import EnumValue
 from ebpfkit.engine.object import ObjectSpec
-from ebpfkit.errors import CompileError, LoadError, MapError, NotSupportedError, VerifierError
+from ebpfkit.errors import AttachError, CompileError, LoadError, MapError, NotSupportedError, VerifierError
 from ebpfkit.histogram import Log2Histogram
 from helpers import wait_for
 
@@ -97,6 +97,24 @@ def test_raw_tracepoint_filters_by_syscall_id():
         getppid_n(23)
         os.getpid()  # other syscalls of ours must not count
         assert obj.bss["hits"] == 23
+
+
+def test_a_raw_tracepoint_program_reading_past_its_arguments_is_refused_with_their_count():
+    """sys_enter passes 2 arguments (regs, id): a program written for a signature with more is
+    refused at attach, and the error says how many this kernel's passes."""
+    spec = compile_c("""
+        u64 seen = 0;
+        SEC("raw_tp/sys_enter")
+        int reads_a_third(struct bpf_raw_tracepoint_args *ctx)
+        {
+            seen = ctx->args[2];
+            return 0;
+        }
+    """)
+    with spec.load() as obj:
+        with pytest.raises(AttachError, match=r"sys_enter passes 2 arguments here \(ctx->args\[0\.\.1\]\); a "
+                                              r"program reading further was written for another kernel"):
+            obj.attach()
 
 
 def test_tp_btf_counts_forks_and_execs_of_our_children():
