@@ -37,7 +37,7 @@ def __getattr__(name):  # BPF on first use: importing ebpfkit.bcc.probe stays ch
 
         return BPF
     if name == "USDT":
-        from .bpf import USDT
+        from .usdt import USDT
 
         return USDT
     if name in _SUBMODULES:

@@ -37,12 +37,15 @@ class BPF:
 
             self._translation, self._btf = Translation(""), None
             return
-        self._translation = _translate(source, name, self._cflags)
+        self._usdt = list(usdt_contexts or [])
+        self._translation = _translate(source, name, self._cflags, usdt=bool(self._usdt) or "bpf_usdt_readarg" in source)
         self._obj_path = self._compile()
         self._maps = self._open().load()
         self._btf = self._maps.btf
         try:
             self._attach_named()
+            for context in self._usdt:
+                context.attach_in(self)
         except BaseException:
             self.cleanup()
             raise
@@ -70,7 +73,8 @@ class BPF:
             if prog_type is not None:
                 spec.programs[only].set_type(int(prog_type))
             for map_name, m in spec.maps.items():
-                m.reuse_fd(self._maps.maps[map_name].fd)
+                if not map_name.startswith("__bpf_usdt"):  # libbpf numbers each object's USDT specs itself
+                    m.reuse_fd(self._maps.maps[map_name].fd)
         return spec
 
     def load_func(self, func_name, prog_type, device=None, attach_type=-1):
@@ -189,7 +193,7 @@ class BPF:
         return sum(k[0] in ("kprobe", "kretprobe") for k in self._links)
 
     def num_open_uprobes(self) -> int:
-        return sum(k[0] in ("uprobe", "uretprobe") for k in self._links)
+        return sum(k[0] in ("uprobe", "uretprobe", "usdt") for k in self._links)
 
     def num_open_tracepoints(self) -> int:
         return sum(k[0] in ("tracepoint", "raw_tracepoint") for k in self._links)
@@ -355,7 +359,7 @@ def _source(src_file, text) -> tuple[str, str]:
         raise EbpfkitError(f"cannot read the BPF program {path}: {exc.strerror}") from None
 
 
-def _translate(source: str, name: str, cflags):
+def _translate(source: str, name: str, cflags, usdt: bool = False):
     """The program's translation, from the cache when this source, these flags, this kernel
     (its vmlinux.h) and this translator have made it before: no libclang at all then."""
     import json
@@ -367,7 +371,7 @@ def _translate(source: str, name: str, cflags):
     from .translate import INCLUDE_DIR, VERSION, Probe, Translation, translate
 
     vmlinux_h = Compiler(btf=find_kernel_btf(None)).btf.vmlinux_h()
-    key = cache.digest(str(VERSION), source, name, "\0".join(cflags), vmlinux_h,
+    key = cache.digest(str(VERSION), source, name, "\0".join(cflags), str(usdt), vmlinux_h,
                        cache.file_digest(os.path.join(INCLUDE_DIR, "ek_bcc.h")))
     path = os.path.join(cache.subdir("bcc"), f"{key}.json")
     try:
@@ -377,7 +381,7 @@ def _translate(source: str, name: str, cflags):
                            saved["events"], saved["key"], saved["stubs"])
     except (OSError, ValueError, KeyError, TypeError):
         pass
-    done = translate(source, vmlinux_h, name, cflags)
+    done = translate(source, vmlinux_h, name, cflags, usdt=usdt)
     cache.atomic_write(path, json.dumps({"source": done.source, "events": done.events, "key": done.key,
                                          "stubs": done.stubs,
                                          "probes": {n: asdict(p) for n, p in done.probes.items()}}).encode())
@@ -400,10 +404,3 @@ def _trace_fields(line: str):
         return task.encode(), int(pid), int(cpu), flags.encode(), float(ts), msg.encode()
     except ValueError:
         return None
-
-
-class USDT:
-    """BCC's USDT probes: not supported by ebpfkit.bcc yet (a clear error, not an AttributeError)."""
-
-    def __init__(self, *args, **kwargs):
-        raise NotSupportedError("USDT probes", "USDT probes are not supported by ebpfkit.bcc yet")

@@ -105,14 +105,17 @@ def _included(index, text: str) -> list[str]:
             and not os.path.exists(os.path.join(INCLUDE_DIR, n))]
 
 
-def translate(text: str, vmlinux_h: str, name: str = "bcc_program", cflags=(), tracing_root=None) -> Translation:
-    """Translate BCC C ``text``; raises CompileError naming the program's own lines."""
+def translate(text: str, vmlinux_h: str, name: str = "bcc_program", cflags=(), tracing_root=None,
+              usdt: bool = False) -> Translation:
+    """Translate BCC C ``text``; raises CompileError naming the program's own lines. ``usdt``:
+    some of its functions run at USDT probes (libbpf's <bpf/usdt.bpf.h> reads their arguments)."""
     from clang import cindex
 
+    headers = _HEADERS + ("#include <bpf/usdt.bpf.h>\n" if usdt else "")
     index = cindex.Index.create()
     text = _rewrite_table_kinds(index, text)
     tp_structs = "".join(tracepoints.args_struct(g, e, tracing_root) for g, e in _tracepoints_named(index, text))
-    main = f"#define EK_BCC_PARSE 1\n{_HEADERS}{tp_structs}#include \"{os.path.basename(PROGRAM_FILE)}\"\n"
+    main = f"#define EK_BCC_PARSE 1\n{headers}{tp_structs}#include \"{os.path.basename(PROGRAM_FILE)}\"\n"
     stubs = _included(index, text)
     args = ["-x", "c", "-target", "bpf", "-D__TARGET_ARCH_x86", "-D__BPF_TRACING__", "-Wno-unused-value",
             f"-I{os.path.dirname(vmlinux_h)}", f"-I{INCLUDE_DIR}", f"-I{stub_dir(stubs)}", *cflags]
@@ -136,7 +139,7 @@ def translate(text: str, vmlinux_h: str, name: str = "bcc_program", cflags=(), t
         body += f"\n{event} *__ek_event_{table} __attribute__((unused));"
     if not walker.licensed:  # BCC's default
         body += '\nchar _license[] SEC("license") = "GPL";\n'
-    source = f"{_HEADERS}{tp_structs}#line 1 \"{name}.c\"\n{body}"
+    source = f"{headers}{tp_structs}#line 1 \"{name}.c\"\n{body}"
     key = hashlib.sha256(f"{VERSION}\0{source}".encode()).hexdigest()[:16]
     return Translation(source, walker.probes, walker.events, key, stubs)
 

@@ -77,6 +77,10 @@ class bpf_uprobe_opts(_Opts):
                 ("retprobe", c_bool), ("func_name", c_char_p)]
 
 
+class bpf_usdt_opts(_Opts):
+    _fields_ = [("sz", c_size_t), ("usdt_cookie", c_u64)]
+
+
 class bpf_kprobe_opts(_Opts):
     _fields_ = [("sz", c_size_t), ("bpf_cookie", c_u64), ("offset", c_size_t), ("retprobe", c_bool)]
 
@@ -256,6 +260,7 @@ _PROTOTYPES = {
     "bpf_program__attach_lsm": (P, [P]),
     "bpf_program__attach_kprobe_opts": (P, [P, c_char_p, POINTER(bpf_kprobe_opts)]),
     "bpf_program__attach_uprobe_opts": (P, [P, c_int, c_char_p, c_size_t, POINTER(bpf_uprobe_opts)]),
+    "bpf_program__attach_usdt": (P, [P, c_int, c_char_p, c_char_p, c_char_p, POINTER(bpf_usdt_opts)]),
     "bpf_program__attach_perf_event_opts": (P, [P, c_int, POINTER(bpf_perf_event_opts)]),
     "bpf_program__attach_xdp": (P, [P, c_int]),
     "bpf_program__attach_cgroup": (P, [P, c_int]),

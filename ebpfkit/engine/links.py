@@ -207,6 +207,19 @@ def uprobe(prog, binary: str, symbol: str | None = None, offset: int = 0, pid: i
     return _from_ptr(ptr, "uretprobe" if retprobe else "uprobe", target, prog.name)
 
 
+def usdt(prog, binary: str, provider: str, name: str, pid: int = -1, cookie: int = 0) -> Link:
+    """``prog`` (which includes <bpf/usdt.bpf.h>) at every place USDT probe provider:name is
+    written in ``binary``, for all processes or ``pid``: libbpf reads the ELF notes, sets the
+    probe's semaphore (the kernel's uprobe reference counter) and tells the program how to
+    fetch each argument (bpf_usdt_arg)."""
+    if not os.path.exists(binary):
+        raise AttachError(f"cannot attach USDT probe: {binary} does not exist")
+    opts = L.bpf_usdt_opts(usdt_cookie=cookie)
+    ptr = L.lib.bpf_program__attach_usdt(prog.ptr, pid, os.fsencode(binary), provider.encode(), name.encode(),
+                                         ctypes.byref(opts))
+    return _from_ptr(ptr, "usdt", f"{binary}:{provider}:{name}", prog.name)
+
+
 def uprobe_multi(prog, binary: str, offsets: list[int], pid: int = -1, retprobe: bool = False) -> Link:
     """``prog`` at every file offset of ``binary`` through one uprobe_multi link (kernel 6.6;
     the program loaded for it, see Program.use_uprobe_multi). Attaching costs what N uprobes

@@ -107,6 +107,9 @@ class Program:
                       retprobe: bool = False):
         return self._keep(links.uprobe(self, binary, symbol, offset, pid, retprobe))
 
+    def attach_usdt(self, binary: str, provider: str, name: str, pid: int = -1, cookie: int = 0):
+        return self._keep(links.usdt(self, binary, provider, name, pid, cookie))
+
     def use_uprobe_multi(self) -> None:
         """Load this uprobe program for attach_uprobe_multi (before load; where the kernel has
         it: features.probe("uprobe_multi")). It then attaches only that way."""

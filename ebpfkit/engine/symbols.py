@@ -240,6 +240,12 @@ class ElfSymbols:
     # --- parsing ---
 
     def _read(self, f) -> None:
+        sections = self._read_layout(f)
+        self._build_id = self._read_build_id(f, sections)
+        self._collect(f, sections)
+
+    def _read_layout(self, f) -> list[_Section]:
+        """The ELF header's facts, the loadable segments (kept) and the sections (returned)."""
         ident = f.read(16)
         if len(ident) < 16 or ident[:4] != b"\x7fELF":
             raise SymbolError(f"{self.path} is not an ELF file")
@@ -249,9 +255,7 @@ class ElfSymbols:
         (self.type, self.machine, _, self.entry, phoff, shoff, _, _, phentsize, phnum, shentsize,
          shnum, shstrndx) = struct.unpack(self._end + "HHIQQQIHHHHHH", f.read(48))
         self.segments = self._read_segments(f, phoff, phentsize, phnum)
-        sections = self._read_sections(f, shoff, shentsize, shnum, shstrndx)
-        self._build_id = self._read_build_id(f, sections)
-        self._collect(f, sections)
+        return self._read_sections(f, shoff, shentsize, shnum, shstrndx)
 
     def _read_segments(self, f, phoff: int, entsize: int, count: int) -> list[Segment]:
         f.seek(phoff)

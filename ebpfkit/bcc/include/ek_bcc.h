@@ -124,6 +124,21 @@
 	} name __EK_MAPS_SECTION
 
 /* ---- the methods, as the translator writes them: __ek_<method>(table, args...) ---- */
+/* BCC's reads of a USDT probe's arguments (numbered from 1) over libbpf's bpf_usdt_arg()
+ * (<bpf/usdt.bpf.h>, included for programs with USDT probes), which decodes this place's spec */
+#define bpf_usdt_readarg(n, ctx, addr)                                                            \
+	({                                                                                        \
+		long __ek_arg = 0;                                                                \
+		int __ek_err = bpf_usdt_arg((struct pt_regs *)(ctx), (n) - 1, &__ek_arg);        \
+		*(addr) = (typeof(*(addr)))__ek_arg;                                              \
+		__ek_err;                                                                         \
+	})
+#define bpf_usdt_readarg_p(n, ctx, buf, len)                                                      \
+	({                                                                                        \
+		long __ek_arg = 0;                                                                \
+		int __ek_err = bpf_usdt_arg((struct pt_regs *)(ctx), (n) - 1, &__ek_arg);        \
+		__ek_err ? __ek_err : bpf_probe_read_user((buf), (len), (void *)__ek_arg);        \
+	})
 /* a kernel pointer computed by the program, dereferenced (the translator wraps `*(p)` so) */
 #define __EK_DEREF(p)                                                                             \
 	({                                                                                        \

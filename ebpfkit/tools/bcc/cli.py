@@ -4,6 +4,7 @@ to ebpfkit.bcc; a bare tool name is looked up where BCC's packages install their
 from __future__ import annotations
 
 import os
+import re
 import shutil
 
 import click
@@ -38,9 +39,7 @@ def run(script, args):
     with open(path, "rb") as f:
         first = f.readline()
     if first.startswith(b"#!") and b"python" not in first:
-        raise click.UsageError(f"{path} is not a Python script ({first.decode(errors='replace').strip()}): "
-                               "`ebpfkit bcc run` runs BCC's Python tools (the language tools' shell "
-                               "wrappers start BCC's ucalls, which needs USDT probes)")
+        path, args = unwrap(path, first, args)
     install_as_bcc()
     sys.argv = [path, *args]
     with open(path, encoding="utf-8", errors="surrogateescape") as f:
@@ -61,6 +60,21 @@ def with_tracefs_here(source: str) -> str:
     if OLD_TRACEFS not in source or os.path.isdir(os.path.join(OLD_TRACEFS, "events")):
         return source
     return source.replace(OLD_TRACEFS, ensure_tracefs())
+
+
+# BCC's language tools are shell wrappers of one Python tool: javacalls is `$lib/ucalls -l java "$@"`
+WRAPPER_LINE = re.compile(r'^\$lib/([\w.-]+)((?:\s+[\w.-]+)*)\s+"\$@"\s*$', re.M)
+
+
+def unwrap(path: str, first: bytes, args: tuple) -> tuple[str, tuple]:
+    """The Python tool a BCC shell wrapper starts, and its arguments then."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        found = WRAPPER_LINE.search(f.read())
+    tool = found and os.path.join(os.path.dirname(path), found.group(1))
+    if not tool or not os.path.isfile(tool):
+        raise click.UsageError(f"{path} is not a Python script ({first.decode(errors='replace').strip()}), nor a "
+                               "wrapper of one as BCC's language tools are: `ebpfkit bcc run` runs BCC's Python tools")
+    return tool, (*found.group(2).split(), *args)
 
 
 def find_script(name: str) -> str:
