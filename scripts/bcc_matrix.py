@@ -19,6 +19,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -45,9 +46,31 @@ ARGS = {
     "dbstat": ["mysql"], "biolatpcts": ["{dev}", "-i", "1", "-w", "after-rq-alloc"], "deadlock": ["{pid}"], "dirtop": ["-d", "{dir}"],
     "ttysnoop": ["{tty}"], "netqtop": ["-n", "lo"], "llcstat": ["1"],
 }
+# BCC's language tools (shell wrappers of ucalls, uflow, ...) watch a process of that language:
+# the workload's own for Python (run by the system's python3, which has SDT probes), a JVM
+# started with its extended probes for Java, the workload's for the others (a runtime whose
+# probes are not there is what the row then says)
 for lang in ("java", "node", "perl", "php", "python", "ruby", "tcl"):
     for kind in ("calls", "flow", "gc", "objnew", "stat", "threads"):
-        ARGS[f"{lang}{kind}"] = ["{pid}"] if kind != "stat" else []
+        ARGS[f"{lang}{kind}"] = ([] if kind == "stat" else ["{jvm}"] if lang == "java"
+                                 else ["{pid}"] if lang == "python" else ["{runtime}"])
+WORKLOAD_PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+JVM_LOAD = """
+public class EkLoad {
+    static long sum;
+    static void ekMarker(int i) { sum += i; }
+    public static void main(String[] args) throws Exception {
+        System.out.println("ready");
+        long end = System.currentTimeMillis() + Long.parseLong(args[0]) * 1000;
+        while (System.currentTimeMillis() < end) {
+            for (int i = 0; i < 1000; i++) { ekMarker(i); sum += new int[16].length; }
+            Thread t = new Thread(() -> sum++); t.start(); t.join();
+            System.gc();
+            Thread.sleep(100);
+        }
+    }
+}
+"""
 # the 20 most used: what in their output proves they saw the workload
 EVIDENCE = {
     "opensnoop": "{mark}", "execsnoop": "{mark}", "statsnoop": "{mark}", "filetop": "{mark}",
@@ -57,6 +80,10 @@ EVIDENCE = {
     "tcpretrans": "", "ext4slower": "{mark}", "cachestat": r"\d", "profile": "python", "offcputime": "python",
     # and of others whose workload the matrix makes
     "bashreadline": "{mark}", "sslsniff": "{mark}", "bpflist": r"\b{pid}\b", "ttysnoop": "{mark}",
+    # the language tools: the workload's own function and allocations, a collection's line
+    "javacalls": "EkLoad.ekMarker", "javaflow": "EkLoad.ekMarker", "javaobjnew": r"\[I",
+    "javagc": r"(?m)^\d+\.\d+\s+\d", "pythoncalls": "ekmatrix_call", "pythonflow": "ekmatrix_call",
+    "pythongc": r"(?m)^\d+\.\d+\s+\d", "javastat": r"(?m)^\s*{jvm}\s", "pythonstat": r"(?m)^\s*{pid}\s",
 }
 WORKLOAD = r"""
 import ctypes, json, os, pty, socket, ssl, subprocess, sys, threading, time, signal
@@ -77,6 +104,8 @@ srv.bind(("127.0.0.1", port)); srv.listen(8)
 tls_srv = socket.socket(); tls_srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 tls_srv.bind(("127.0.0.1", port + 1)); tls_srv.listen(8)
 server_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); server_tls.load_cert_chain(cert)
+def ekmatrix_call():
+    return None
 def tls_echo():  # an HTTPS server for curl (OpenSSL's SSL_write/SSL_read, which sslsniff probes)
     while True:
         conn, _ = tls_srv.accept()
@@ -96,6 +125,8 @@ while time.time() < end:
     subprocess.run(["curl", "-sk", f"https://127.0.0.1:{port + 1}/{mark}"], stdout=subprocess.DEVNULL)
     socket.getaddrinfo("localhost", port)
     threading.Thread(target=time.sleep, args=(0.01,), name=mark[:15]).start()
+    ekmatrix_call()  # a function of its own for the Python language tools
+    garbage = [[] for _ in range(5000)]  # enough objects for the collector to run (pythongc)
     os.write(term, f": {mark}\n".encode())
     os.unlink(path)
     time.sleep(0.2)
@@ -114,6 +145,34 @@ def block_device(path: str) -> str:
     return os.path.basename(real)
 
 
+# an idle process of each other language, where it is installed (without one, the tool is given
+# a process of no language: what it needs is then plain)
+RUNTIMES = {"node": ["node", "-e", "setInterval(() => {}, 100)"], "perl": ["perl", "-e", "sleep 60"],
+            "ruby": ["ruby", "-e", "sleep 60"], "php": ["php", "-r", "sleep(60);"],
+            "tcl": ["tclsh"]}
+
+
+def start_runtime(tool: str):
+    lang = next((lang for lang in RUNTIMES if tool.startswith(lang)), None)
+    if lang is None or shutil.which(RUNTIMES[lang][0]) is None:
+        return None
+    started = subprocess.Popen(RUNTIMES[lang], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    time.sleep(0.5)  # its libraries mapped
+    return started
+
+
+def start_jvm(directory: str, seconds: float):
+    """A JVM calling a method, allocating, starting threads and collecting, with HotSpot's
+    extended DTrace probes on (method and allocation probes are off without); once it runs."""
+    source = os.path.join(directory, "EkLoad.java")
+    with open(source, "w") as f:
+        f.write(JVM_LOAD)
+    jvm = subprocess.Popen(["java", "-XX:+ExtendedDTraceProbes", source, str(int(seconds) + 1)],
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    jvm.stdout.readline()  # "ready": libjvm is mapped, its probes can be found
+    return jvm
+
+
 def make_certificate(directory: str) -> str:
     """A self-signed certificate and key in one PEM file, for the workload's TLS (sslsniff)."""
     pem = os.path.join(directory, "matrix.pem")
@@ -127,12 +186,15 @@ def make_certificate(directory: str) -> str:
 def run_tool(name: str, engine: str, seconds: float) -> dict:
     port = 20000 + os.getpid() % 20000
     work_dir = tempfile.mkdtemp(prefix="bcc-matrix-", dir="/var/tmp")
-    load = subprocess.Popen([sys.executable, "-c", WORKLOAD, MARK, str(port), str(seconds + 2), CERT],
+    load = subprocess.Popen([WORKLOAD_PYTHON, "-c", WORKLOAD, MARK, str(port), str(seconds + 2), CERT],
                             stdout=subprocess.PIPE, text=True, env=dict(os.environ, MATRIX_DIR=work_dir),
                             start_new_session=True)
     workload = json.loads(load.stdout.readline())
     child = workload["child"]
-    args = [a.format(pid=load.pid, dir=work_dir, dev=block_device(work_dir), tty=workload["tty"])
+    jvm = start_jvm(work_dir, seconds + 2) if name.startswith("java") else None
+    runtime = start_runtime(name) if "{runtime}" in ARGS.get(name, []) else None
+    args = [a.format(pid=load.pid, dir=work_dir, dev=block_device(work_dir), tty=workload["tty"],
+                     jvm=jvm.pid if jvm else 0, runtime=runtime.pid if runtime else child)
             for a in ARGS.get(name, [])]
     if engine == "ebpfkit":
         argv = [sys.executable, "-m", "ebpfkit", "bcc", "run", name, *args]
@@ -154,6 +216,10 @@ def run_tool(name: str, engine: str, seconds: float) -> dict:
         ended_itself = False
     os.killpg(load.pid, signal.SIGKILL)  # the workload and its child
     load.wait()
+    for helper in (jvm, runtime):
+        if helper:
+            helper.kill()
+            helper.wait()
     try:
         os.kill(workload["bash"], signal.SIGKILL)  # in a session of its own
     except ProcessLookupError:
@@ -168,7 +234,7 @@ def run_tool(name: str, engine: str, seconds: float) -> dict:
     else:
         wanted = EVIDENCE.get(name)
         if wanted is not None and wanted:
-            pattern = wanted.format(mark=MARK, port=port, child=child, pid=load.pid)
+            pattern = wanted.format(mark=MARK, port=port, child=child, pid=load.pid, jvm=jvm.pid if jvm else 0)
             if not re.search(pattern, out):
                 row.update(status="no-evidence", reason=f"'{pattern}' not in its output")
         elif len(out.strip().splitlines()) < 2:
@@ -184,6 +250,7 @@ NEEDS = (
     ("a program not installed", r"pidof', 'mysqld|mysqld"),
     ("hardware this machine lacks", r"only support Intel|hcall_|powerpc|attach to a hardware event"),
     ("a terminal", r"nocbreak\(\) returned ERR|setupterm"),
+    ("a language runtime with USDT probes", r"USDT probe '[^']*' is not in process"),
 )
 
 

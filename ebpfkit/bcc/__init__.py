@@ -36,10 +36,10 @@ def __getattr__(name):  # BPF on first use: importing ebpfkit.bcc.probe stays ch
         from .bpf import BPF
 
         return BPF
-    if name == "USDT":
-        from .usdt import USDT
+    if name in ("USDT", "USDTException"):
+        from . import usdt
 
-        return USDT
+        return getattr(usdt, name)
     if name in _SUBMODULES:
         return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(name)

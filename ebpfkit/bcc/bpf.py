@@ -171,7 +171,8 @@ class BPF:
                 raise EbpfkitError(f"address {vaddr:#x} is in no loadable segment of {binary}")
             symbol, offset = None, found + (sym_off if addr is None else 0)
         prog = self.load_func(fn_name, self.KPROBE)
-        self._links[key] = prog.attach_uprobe(binary, symbol, offset, pid, retprobe=kind == "uretprobe")
+        self._links[key] = prog.attach_uprobe(binary, symbol, offset, pid, retprobe=kind == "uretprobe",
+                                              ref_ctr_offset=_semaphore_offset(binary, addr))
 
     def detach_uprobe(self, name=b"", sym=b"", addr=None, fn_name=None, pid=-1):
         self._detach("uprobe", f"{_binary(_text(name))}:{_text(sym) or hex(addr or 0)}", fn_name)
@@ -343,6 +344,19 @@ def _require_kprobes(fn_name: str) -> None:
 
 
 
+
+
+def _semaphore_offset(binary: str, addr) -> int:
+    """The file offset of the semaphore of the USDT probe written at ``addr`` of ``binary``, if
+    one is (ustat attaches uprobes at USDT probes' addresses itself, as BCC lets it): the
+    kernel raises it while the uprobe is attached, as the probe's code runs only then."""
+    from ..engine import usdt
+    from ..engine.symbols import elf_symbols
+
+    if addr is None:
+        return 0
+    semaphore = next((p.semaphore for p in usdt.probes_in(binary) if p.pc == addr and p.semaphore), 0)
+    return (elf_symbols(binary).vaddr_to_file_offset(semaphore) or 0) if semaphore else 0
 
 
 def _source(src_file, text) -> tuple[str, str]:

@@ -215,11 +215,10 @@ class PerfEventArray(TableBase):
         self.bpf, self.map, self.name, self._event_type = bpf, engine_map, engine_map.name, event_type
 
     def open_perf_buffer(self, callback, page_cnt: int = 8, lost_cb=None, wakeup_events: int = 1):
-        """Deliver each event to ``callback(cpu, data, size)`` from ``perf_buffer_poll()``
-        (cpu is -1: libbpf's reader does not say which)."""
+        """Deliver each event to ``callback(cpu, data, size)`` from ``perf_buffer_poll()``."""
         def on_record(raw: bytes):
             buf = ctypes.create_string_buffer(raw, len(raw))
-            callback(-1, ctypes.cast(buf, ctypes.c_void_p), len(raw))
+            callback(reader.cpu, ctypes.cast(buf, ctypes.c_void_p), len(raw))
 
         lost = (lambda cpu, count: lost_cb(count)) if lost_cb else None
         reader = self.bpf._maps.perf_buffer(self.name, callback=on_record, decode=False, page_count=page_cnt,

@@ -14,6 +14,10 @@ from ..errors import EbpfkitError
 from .facts import _binary, _text
 
 
+class USDTException(EbpfkitError):
+    """BCC's name for a USDT probe that cannot be found or read (scripts catch it)."""
+
+
 class USDT:
     """The USDT probes of one process (``pid``) or one binary or library (``path``)."""
 
@@ -21,7 +25,7 @@ class USDT:
         self.pid = int(pid) if pid else None
         self.path = _binary(_text(path)) if path else None
         if self.pid is None and self.path is None:
-            raise EbpfkitError("USDT: give a process (pid=) or a binary or library (path=)")
+            raise USDTException("USDT: give a process (pid=) or a binary or library (path=)")
         self.enabled: list[tuple[str | None, str, str]] = []  # (provider or None, name, function)
 
     def _where(self) -> str:
@@ -31,20 +35,20 @@ class USDT:
         try:
             return notes.find(name, provider, path=self.path, pid=self.pid)
         except OSError as exc:
-            raise EbpfkitError(f"USDT: cannot read the mappings of process {self.pid}: {exc.strerror}") from None
+            raise USDTException(f"USDT: cannot read the mappings of process {self.pid}: {exc.strerror}") from None
 
     def enable_probe(self, probe, fn_name) -> None:
         """Run BPF function ``fn_name`` at USDT probe ``probe`` ("name" or "provider:name")."""
         provider, _, name = _text(probe).rpartition(":")
         if not self._probes(provider or None, name):
-            raise EbpfkitError(f"USDT probe '{_text(probe)}' is not in {self._where()}")
+            raise USDTException(f"USDT probe '{_text(probe)}' is not in {self._where()}")
         self.enabled.append((provider or None, name, _text(fn_name)))
 
     def enable_probe_or_bail(self, probe, fn_name) -> None:
         """enable_probe, or (as BCC does) a message and exit status 1."""
         try:
             self.enable_probe(probe, fn_name)
-        except EbpfkitError as exc:
+        except USDTException as exc:
             print(f"Error attaching USDT probes: {exc}", file=sys.stderr)
             sys.exit(1)
 
@@ -59,7 +63,7 @@ class USDT:
         provider, _, name = _text(probe_name).rpartition(":")
         found = self._probes(provider or None, name)
         if not found or arg_index >= len(found[0].arg_sizes):
-            raise EbpfkitError(f"USDT probe '{_text(probe_name)}' has no argument {arg_index + 1}")
+            raise USDTException(f"USDT probe '{_text(probe_name)}' has no argument {arg_index + 1}")
         size = found[0].arg_sizes[arg_index]
         return f"{'' if size < 0 else 'u'}int{abs(size) * 8}_t"
 
@@ -71,6 +75,13 @@ class USDT:
             for p in notes.probes_in(place):
                 grouped.setdefault((p.path, p.provider, p.name), []).append(p)
         return [ProbeInfo(found) for found in grouped.values()]
+
+    def enumerate_active_probes(self) -> list[tuple]:
+        """(binary, function, address, pid) for each place of each enabled probe: where BCC's
+        scripts attach plain uprobes themselves (ustat), which BPF.attach_uprobe then does
+        with the probe's semaphore raised."""
+        return [(p.path.encode(), fn.encode(), p.pc, self.pid or -1)
+                for provider, name, fn in self.enabled for p in self._probes(provider, name)]
 
     def attach_in(self, bpf) -> None:
         """Attach each enabled function of ``bpf`` (called by BPF once its maps exist)."""

@@ -76,7 +76,8 @@ class EventReader(Resource):
         self._budget = 0  # how many more records the current poll may deliver
         self._got = 0
         self._error: BaseException | None = None  # raised by the sink, re-raised from poll()
-        self._pending: deque = deque()  # raw records received after a stop (perf buffers)
+        self._pending: deque = deque()  # (raw, cpu) of records received after a stop (perf buffers)
+        self.cpu = -1  # the CPU of the record being handed to the sink (perf buffers; -1: unknown)
         self._ready: deque = deque()  # decoded records an abandoned events() loop left over
 
     def _find_map(self, obj, name):
@@ -187,18 +188,19 @@ class EventReader(Resource):
             n += 1
             sink(self._ready.popleft())
         while self._pending and n < budget:
-            raw = self._pending.popleft()
+            raw, self.cpu = self._pending.popleft()
             n += 1
             sink(self._codec.decode(raw) if self._codec else raw)
         return n
 
-    def _on_record(self, raw: bytes) -> bool:
+    def _on_record(self, raw: bytes, cpu: int = -1) -> bool:
         """Hand one record to the sink; False when the poll must stop (an exception was
         stored, or the batch is full). Runs inside libbpf's callback: never raises."""
         if self._error is not None or self._got >= self._budget:
-            self._pending.append(raw)  # only perf buffers get here: they cannot stop early
+            self._pending.append((raw, cpu))  # only perf buffers get here: they cannot stop early
             return False
         self._got += 1
+        self.cpu = cpu
         try:
             self._sink(self._codec.decode(raw) if self._codec else raw)
         except BaseException as exc:  # including KeyboardInterrupt raised inside the callback
@@ -325,8 +327,8 @@ class PerfBuffer(EventReader):
         self._lost = 0
         string_at = ctypes.string_at
 
-        def on_sample(_ctx, _cpu, data, size):
-            self._on_record(string_at(data, size))
+        def on_sample(_ctx, cpu, data, size):
+            self._on_record(string_at(data, size), cpu)
 
         def on_lost(_ctx, cpu, count):
             self._lost += count

@@ -196,11 +196,14 @@ def kprobe(prog, function: str, retprobe: bool = False, offset: int = 0) -> Link
 
 
 def uprobe(prog, binary: str, symbol: str | None = None, offset: int = 0, pid: int = -1,
-           retprobe: bool = False) -> Link:
-    """A uprobe on ``symbol`` (+``offset``) of the ELF file ``binary`` (for all processes, or ``pid``)."""
+           retprobe: bool = False, ref_ctr_offset: int = 0) -> Link:
+    """A uprobe on ``symbol`` (+``offset``) of the ELF file ``binary`` (for all processes, or
+    ``pid``); ``ref_ctr_offset``: the file offset of a USDT semaphore the kernel raises while
+    the probe is attached (the probed code runs only when it is not 0)."""
     if not os.path.exists(binary):
         raise AttachError(f"cannot attach uprobe: {binary} does not exist")
-    opts = L.bpf_uprobe_opts(retprobe=retprobe, func_name=symbol.encode() if symbol else None)
+    opts = L.bpf_uprobe_opts(retprobe=retprobe, func_name=symbol.encode() if symbol else None,
+                             ref_ctr_offset=ref_ctr_offset)
     ptr = L.lib.bpf_program__attach_uprobe_opts(prog.ptr, pid, os.fsencode(binary), offset,
                                                 ctypes.byref(opts))
     target = f"{binary}:{symbol or hex(offset)}"

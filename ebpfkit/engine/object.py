@@ -104,8 +104,8 @@ class Program:
         return self._keep(links.kprobe(self, function, retprobe, offset))
 
     def attach_uprobe(self, binary: str, symbol: str | None = None, offset: int = 0, pid: int = -1,
-                      retprobe: bool = False):
-        return self._keep(links.uprobe(self, binary, symbol, offset, pid, retprobe))
+                      retprobe: bool = False, ref_ctr_offset: int = 0):
+        return self._keep(links.uprobe(self, binary, symbol, offset, pid, retprobe, ref_ctr_offset))
 
     def attach_usdt(self, binary: str, provider: str, name: str, pid: int = -1, cookie: int = 0):
         return self._keep(links.usdt(self, binary, provider, name, pid, cookie))

@@ -81,12 +81,18 @@ def _link(fd: str) -> bool:
 def test_a_tracepoint_probe_counts_and_reports_each_open_through_every_output(tmp_path):
     before = bpf_fds()
     path = tmp_path / "opened-by-the-test"
-    perf, ring = [], []
+    perf, ring, cpus = [], [], []
+    allowed = os.sched_getaffinity(0)
+    cpu = max(allowed)
     with BPF(text=OPENS, cflags=[f"-DTARGET_PID={os.getpid()}"]) as b:
-        b["events"].open_perf_buffer(lambda cpu, data, size: perf.append(b["events"].event(data)))
+        b["events"].open_perf_buffer(lambda cpu, data, size: (cpus.append(cpu), perf.append(b["events"].event(data))))
         b["ring"].open_ring_buffer(lambda ctx, data, size: ring.append(b["ring"].event(data)))
-        for _ in range(7):
-            os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o751))
+        os.sched_setaffinity(0, {cpu})  # every open on one CPU: the perf callback names it
+        try:
+            for _ in range(7):
+                os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o751))
+        finally:
+            os.sched_setaffinity(0, allowed)
         os.close(os.open(path, os.O_WRONLY))  # another mode: not counted
         b.perf_buffer_poll(200)
         b.ring_buffer_poll(200)
@@ -94,6 +100,7 @@ def test_a_tracepoint_probe_counts_and_reports_each_open_through_every_output(tm
         assert [k.value for k in b["opens"]] == [os.getpid()]
         assert b["calls"].sum(0).value == 7 and len(b["calls"][0]) == os.cpu_count()
         comm = open("/proc/self/comm", "rb").read().strip()
+        assert cpus == [cpu] * 7
         for events in (perf, ring):
             assert [(e.pid, e.ppid, e.comm, e.path) for e in events] == \
                 [(os.getpid(), os.getppid(), comm, str(path).encode())] * 7
