@@ -42,9 +42,9 @@ ARGS = {
     "trace": ["t:syscalls:sys_enter_openat \"%s\", args->filename"],
     "ext4slower": ["0"], "btrfsslower": ["0"], "xfsslower": ["0"], "zfsslower": ["0"], "nfsslower": ["0"],
     "fileslower": ["0"], "biosnoop": [], "profile": ["-F", "99"], "offcputime": ["-p", "{pid}"],
-    "memleak": ["-p", "{pid}", "1"], "inject": ["kmalloc", "-P", "0"], "dbslower": ["mysql"],
+    "memleak": ["-p", "{pid}", "1"], "inject": ["kmalloc", "-P", "0", "__x64_sys_mount()"], "dbslower": ["mysql"],
     "dbstat": ["mysql"], "biolatpcts": ["{dev}", "-i", "1", "-w", "after-rq-alloc"], "deadlock": ["{pid}"], "dirtop": ["-d", "{dir}"],
-    "ttysnoop": ["{tty}"], "netqtop": ["-n", "lo"], "llcstat": ["1"],
+    "ttysnoop": ["{tty}"], "netqtop": ["-n", "lo"], "llcstat": ["1"], "cobjnew": ["{pid}"],
 }
 # BCC's language tools (shell wrappers of ucalls, uflow, ...) watch a process of that language:
 # the workload's own for Python (run by the system's python3, which has SDT probes), a JVM
@@ -81,7 +81,7 @@ EVIDENCE = {
     # and of others whose workload the matrix makes
     "bashreadline": "{mark}", "sslsniff": "{mark}", "bpflist": r"\b{pid}\b", "ttysnoop": "{mark}",
     # the language tools: the workload's own function and allocations, a collection's line
-    "javacalls": "EkLoad.ekMarker", "javaflow": "EkLoad.ekMarker", "javaobjnew": r"\[I",
+    "javacalls": "ekMarker", "javaflow": "ekMarker", "javaobjnew": r"\[I",
     "javagc": r"(?m)^\d+\.\d+\s+\d", "pythoncalls": "ekmatrix_call", "pythonflow": "ekmatrix_call",
     "pythongc": r"(?m)^\d+\.\d+\s+\d", "javastat": r"(?m)^\s*{jvm}\s", "pythonstat": r"(?m)^\s*{pid}\s",
 }
@@ -239,6 +239,7 @@ def run_tool(name: str, engine: str, seconds: float) -> dict:
                 row.update(status="no-evidence", reason=f"'{pattern}' not in its output")
         elif len(out.strip().splitlines()) < 2:
             row.update(status="no-output", reason=_last_line(err) or "nothing beyond its banner")
+    row["said"] = _last_line(err) or _last_line(out)  # its last words, when it stopped by itself
     row["needs"] = needs(row)
     return row
 
@@ -246,11 +247,12 @@ def run_tool(name: str, engine: str, seconds: float) -> dict:
 # why a tool that did not pass could not have: what it needs that the run did not have
 NEEDS = (
     ("kprobes", r"has no kprobes"),
-    ("USDT shell wrapper", r"is not a Python script"),
-    ("a program not installed", r"pidof', 'mysqld|mysqld"),
+    ("a program not installed", r"pidof', 'mysqld|mysqld|USAGE: mysqld"),
     ("hardware this machine lacks", r"only support Intel|hcall_|powerpc|attach to a hardware event"),
     ("a terminal", r"nocbreak\(\) returned ERR|setupterm"),
     ("a language runtime with USDT probes", r"USDT probe '[^']*' is not in process"),
+    ("kernel symbols of data (CONFIG_KALLSYMS_ALL)", r"CONFIG_KALLSYMS_ALL"),
+    ("a Python tool (it is a shell script)", r"nor a wrapper of one"),
 )
 
 
@@ -258,7 +260,8 @@ def needs(row: dict) -> str:
     """What a row that did not pass needed ("" when nothing outside ebpfkit explains it)."""
     if row["status"] == "pass":
         return ""
-    return next((what for what, pattern in NEEDS if re.search(pattern, row["reason"])), "")
+    words = f"{row['reason']}\n{row.get('said', '')}"
+    return next((what for what, pattern in NEEDS if re.search(pattern, words)), "")
 
 
 def summary(rows: list) -> str:

@@ -235,6 +235,7 @@
 #define BPF_F_REUSE_STACKID (1ULL << 10)
 #endif
 #define __user
+#include <linux/errno.h> /* ebpfkit.bcc's shim: the kernel's headers give every program the error numbers */
 /* a function's sixth argument (x86-64 passes six in registers; libbpf before 1.2 names five) */
 #if !defined(PT_REGS_PARM6) && defined(__TARGET_ARCH_x86)
 #define PT_REGS_PARM6(x) (((const struct pt_regs *)(x))->r9)
