@@ -25,6 +25,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 TOOLS_DIR = "/usr/sbin"
@@ -74,7 +75,7 @@ public class EkLoad {
 # the 20 most used: what in their output proves they saw the workload
 EVIDENCE = {
     "opensnoop": "{mark}", "execsnoop": "{mark}", "statsnoop": "{mark}", "filetop": "{mark}",
-    "trace": "{mark}", "tcpconnect": "{port}", "tcplife": "{port}", "killsnoop": "{child}",
+    "trace": "{mark}", "tcpconnect": "{port}", "tcplife": "{port}", "killsnoop": r"\b{pid}\b",
     "syscount": "openat", "funccount": "sys_enter_openat", "argdist": "dfd", "stackcount": "openat",
     "biolatency": r"\d+ -> \d+\s+: [1-9]", "runqlat": r"\d+ -> \d+\s+: [1-9]", "biosnoop": "{pid}",
     "tcpretrans": "", "ext4slower": "{mark}", "cachestat": r"\d", "profile": "python", "offcputime": "python",
@@ -126,6 +127,7 @@ while time.time() < end:
     socket.getaddrinfo("localhost", port)
     threading.Thread(target=time.sleep, args=(0.01,), name=mark[:15]).start()
     ekmatrix_call()  # a function of its own for the Python language tools
+    victim = subprocess.Popen(["sleep", "100"]); victim.kill(); victim.wait()  # a kill (killsnoop)
     garbage = [[] for _ in range(5000)]  # enough objects for the collector to run (pythongc)
     os.write(term, f": {mark}\n".encode())
     os.unlink(path)
@@ -183,15 +185,43 @@ def make_certificate(directory: str) -> str:
     return pem
 
 
-def run_tool(name: str, engine: str, seconds: float) -> dict:
+def run_interrupted(argv: list, seconds: float, startup: float) -> tuple[str, str, int | None]:
+    """Run a tool until ``seconds`` after its first line of output (its header: it is tracing
+    then, or about to; a compile under emulation can take long) or until it ends; then SIGINT,
+    as a user's Ctrl-C. (stdout, stderr, its exit status if it ended by itself, else None.)"""
+    tool = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    streams: dict = {"out": [], "err": []}
+    readers = [threading.Thread(target=lambda f=f, k=k: streams[k].extend(f), daemon=True)
+               for f, k in ((tool.stdout, "out"), (tool.stderr, "err"))]
+    for reader in readers:
+        reader.start()
+    deadline = time.monotonic() + startup
+    while not streams["out"] and tool.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        status = tool.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        os.killpg(tool.pid, signal.SIGINT)
+        try:
+            tool.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(tool.pid, signal.SIGKILL)
+            tool.wait()
+        status = None
+    for reader in readers:
+        reader.join(timeout=5)
+    return "".join(streams["out"]), "".join(streams["err"]), status
+
+
+def run_tool(name: str, engine: str, seconds: float, startup: float) -> dict:
     port = 20000 + os.getpid() % 20000
     work_dir = tempfile.mkdtemp(prefix="bcc-matrix-", dir="/var/tmp")
-    load = subprocess.Popen([WORKLOAD_PYTHON, "-c", WORKLOAD, MARK, str(port), str(seconds + 2), CERT],
+    load = subprocess.Popen([WORKLOAD_PYTHON, "-c", WORKLOAD, MARK, str(port), str(seconds + startup + 30), CERT],
                             stdout=subprocess.PIPE, text=True, env=dict(os.environ, MATRIX_DIR=work_dir),
                             start_new_session=True)
     workload = json.loads(load.stdout.readline())
     child = workload["child"]
-    jvm = start_jvm(work_dir, seconds + 2) if name.startswith("java") else None
+    jvm = start_jvm(work_dir, seconds + startup + 30) if name.startswith("java") else None
     runtime = start_runtime(name) if "{runtime}" in ARGS.get(name, []) else None
     args = [a.format(pid=load.pid, dir=work_dir, dev=block_device(work_dir), tty=workload["tty"],
                      jvm=jvm.pid if jvm else 0, runtime=runtime.pid if runtime else child)
@@ -201,19 +231,8 @@ def run_tool(name: str, engine: str, seconds: float) -> dict:
     else:
         argv = ["/usr/bin/python3", os.path.join(TOOLS_DIR, f"{name}-bpfcc"), *args]
     started = time.monotonic()
-    tool = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    try:
-        out, err = tool.communicate(timeout=seconds)
-        ended_itself = True
-    except subprocess.TimeoutExpired:
-        os.killpg(tool.pid, signal.SIGINT)
-        try:
-            out, err = tool.communicate(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(tool.pid, signal.SIGKILL)
-            out, err = tool.communicate()
-        ended_itself = False
+    out, err, returncode = run_interrupted(argv, seconds, startup)
+    ended_itself = returncode is not None
     os.killpg(load.pid, signal.SIGKILL)  # the workload and its child
     load.wait()
     for helper in (jvm, runtime):
@@ -229,8 +248,8 @@ def run_tool(name: str, engine: str, seconds: float) -> dict:
            "reason": ""}
     if "Traceback" in err:
         row.update(status="traceback", reason=_last_line(err))
-    elif ended_itself and tool.returncode != 0:
-        row.update(status="fail", reason=_last_line(err) or _last_line(out) or f"exit {tool.returncode}")
+    elif ended_itself and returncode != 0:
+        row.update(status="fail", reason=_last_line(err) or _last_line(out) or f"exit {returncode}")
     else:
         wanted = EVIDENCE.get(name)
         if wanted is not None and wanted:
@@ -287,7 +306,9 @@ def _last_line(text: str) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--engine", choices=("ebpfkit", "bcc"), default="ebpfkit")
-    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--seconds", type=float, default=5.0, help="how long each tool traces")
+    parser.add_argument("--startup", type=float, default=60.0,
+                        help="how long a tool may take to print its first line (to compile, under emulation)")
     parser.add_argument("--only", help="comma-separated tool names")
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args()
@@ -299,7 +320,7 @@ def main() -> int:
     rows = []
     print(f"| tool | {args.engine} on {os.uname().release} | reason |\n| --- | --- | --- |", flush=True)
     for name in names:
-        row = run_tool(name, args.engine, args.seconds)
+        row = run_tool(name, args.engine, args.seconds, args.startup)
         rows.append(row)
         status = f"needs {row['needs']}" if row["needs"] else row["status"]
         print(f"| {name} | {status} | {row['reason'].replace('|', '/')} |", flush=True)
