@@ -31,7 +31,7 @@ INCLUDE_DIR = os.path.join(os.path.dirname(__file__), "include")
 # unsaved (in-memory) files, in a directory that need not exist
 VIRTUAL_DIR = "/ebpfkit-bcc"
 MAIN_FILE, PROGRAM_FILE = f"{VIRTUAL_DIR}/main.c", f"{VIRTUAL_DIR}/bcc_program.c"
-VERSION = 8  # of the translation: part of the cache key
+VERSION = 9  # of the translation: part of the cache key
 
 _HEADERS = """\
 #include "vmlinux.h"
@@ -434,13 +434,15 @@ class _Walker:
         return True
 
     def _kernel_deref(self, expr, parents) -> bool:
-        """``*(&sk->rcv_tos - 2)``: a pointer computed from a kernel struct's member address,
-        dereferenced (bindsnoop reads bitfields so): a probe read of what it points at."""
+        """``*ppos`` where ``ppos`` is a probed function's argument (ext4slower's ``loff_t *``),
+        or ``*(&sk->rcv_tos - 2)``, a pointer computed from a kernel struct's member address
+        (bindsnoop reads bitfields so): a probe read of what it points at."""
         if _first_token(expr) != "*" or self._unevaluated(parents) or self._assigned(expr, parents) or \
                 self._address_taken(parents) or not self._ours(expr):
             return False
         operand = next(expr.get_children(), None)
-        if operand is None or not any(self._kernel_member_address(c) for c in operand.walk_preorder()):
+        if operand is None or not (_probed_argument(_strip_casts(operand)) or
+                                   any(self._kernel_member_address(c) for c in operand.walk_preorder())):
             return False
         star = next(expr.get_tokens())
         self.edits.append((star.extent.start.offset, star.extent.end.offset, "__EK_DEREF("))
@@ -599,6 +601,28 @@ def _kernel_pointer(t) -> bool:
     if loc.file is None or loc.file.name == MAIN_FILE or decl.spelling.startswith("tracepoint__"):
         return False
     return decl.spelling not in _CONTEXT_STRUCTS
+
+
+def _probed_argument(expr) -> bool:
+    """A probed function's pointer argument (a parameter after a kprobe's or uprobe's ctx):
+    memory of the kernel or of the probed process, never the program's own."""
+    from clang.cindex import CursorKind as K, TypeKind
+
+    if expr is None or expr.kind != K.DECL_REF_EXPR or expr.referenced is None or \
+            expr.referenced.kind != K.PARM_DECL:
+        return False
+    fn = expr.referenced.semantic_parent
+    params = [c for c in fn.get_children() if c.kind == K.PARM_DECL] if fn is not None else []
+    if not params or "pt_regs" not in params[0].type.spelling or params[0] == expr.referenced:
+        return False  # a helper's parameter may point at the program's own stack or a map value
+    t = expr.type.get_canonical()
+    if t.kind != TypeKind.POINTER:
+        return False
+    pointee = t.get_pointee().get_canonical()
+    if pointee.kind == TypeKind.RECORD:
+        name = pointee.get_declaration().spelling
+        return name not in _CONTEXT_STRUCTS and not name.startswith("tracepoint__")
+    return pointee.kind != TypeKind.VOID
 
 
 def _kernel_struct(t) -> bool:

@@ -271,3 +271,29 @@ def test_header_idioms_of_bccs_tools_read_what_the_kernel_holds(tmp_path):
         with pytest.raises(MapError, match=r"table 'names': a value of 8 bytes \(c_char_Array_8\) where the map's "
                                            r"are 16"):
             b["names"][0] = (ctypes.c_char * 8)()
+
+
+PROBED_ARGUMENT = r"""
+BPF_ARRAY(first_chars, u64, 256);
+
+int on_strtol(struct pt_regs *ctx, const char *nptr) {
+    if ((bpf_get_current_pid_tgid() >> 32) != TARGET_PID)
+        return 0;
+    u8 c = *nptr;  /* BCC reads what a probed function's argument points at, as ext4slower's *ppos */
+    first_chars.increment(c);
+    return 0;
+}
+"""
+
+
+def test_a_probed_functions_pointer_argument_is_read_through():
+    import ctypes
+
+    libc = ctypes.CDLL(None)
+    with BPF(text=PROBED_ARGUMENT, cflags=[f"-DTARGET_PID={os.getpid()}"]) as b:
+        b.attach_uprobe(name="c", sym="strtol", fn_name="on_strtol")
+        for text, times in ((b"Q17", 5), (b"Z9", 3)):
+            for _ in range(times):
+                libc.strtol(text, None, 36)
+        counts = {chr(k.value): v.value for k, v in b["first_chars"].items() if v.value}
+    assert counts == {"Q": 5, "Z": 3}
