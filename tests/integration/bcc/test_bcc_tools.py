@@ -144,3 +144,35 @@ def test_tplist_reads_tracefs_where_this_system_mounts_it():
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[0] == "sched:sched_process_exec" and "    pid_t pid;" in lines, lines
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/bin/python3"), reason="needs the system's python3 (its SDT probes)")
+def test_pythongc_a_shell_wrapper_of_ugc_shows_each_collection_of_a_python_process():
+    """BCC's pythongc is `$lib/ugc -l python "$@"`: run as ugc, on the interpreter's USDT
+    probes (gc__start, gc__done); a child collects exactly 4 times, with automatic
+    collection off."""
+    from ebpfkit.engine import usdt
+
+    python = os.path.realpath("/usr/bin/python3")
+    if not usdt.find("gc__start", "python", path=python):
+        pytest.skip(f"{python} has no SDT probes")
+    workload = subprocess.Popen([python, "-c", "import gc, sys\ngc.disable()\nprint('ready', flush=True)\n"
+                                 "sys.stdin.readline()\nfor _ in range(4): gc.collect()\n"
+                                 "print('done', flush=True)\nsys.stdin.readline()\n"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert workload.stdout.readline() == "ready\n"
+    proc = start_tool("pythongc", str(workload.pid))
+    try:
+        wait_for_header(proc, "DESCRIPTION")
+        time.sleep(SETTLE)
+        workload.stdin.write("go\n")
+        workload.stdin.flush()
+        assert workload.stdout.readline() == "done\n"
+        time.sleep(1)
+    finally:  # the tool stops first: an interpreter collects again as it exits
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+        workload.stdin.close()
+        workload.wait(timeout=30)
+    collections = re.findall(r"^\d+\.\d+\s+\d+\.\d+\s", out, re.M)  # START (s) and TIME (us) of each
+    assert len(collections) == 4, out + err
