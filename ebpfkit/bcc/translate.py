@@ -31,7 +31,7 @@ INCLUDE_DIR = os.path.join(os.path.dirname(__file__), "include")
 # unsaved (in-memory) files, in a directory that need not exist
 VIRTUAL_DIR = "/ebpfkit-bcc"
 MAIN_FILE, PROGRAM_FILE = f"{VIRTUAL_DIR}/main.c", f"{VIRTUAL_DIR}/bcc_program.c"
-VERSION = 9  # of the translation: part of the cache key
+VERSION = 10  # of the translation: part of the cache key
 
 _HEADERS = """\
 #include "vmlinux.h"
@@ -459,6 +459,8 @@ class _Walker:
         if member is None or member.kind != K.MEMBER_REF_EXPR:
             return False
         base = _strip_casts(next(member.get_children(), None))
+        while base is not None and base.kind == K.MEMBER_REF_EXPR:  # &sk->__sk_common.skc_bound_dev_if
+            base = _strip_casts(next(base.get_children(), None))
         return base is not None and base.kind == K.DECL_REF_EXPR and not self._direct(base) and \
             _kernel_pointer(base.type)
 

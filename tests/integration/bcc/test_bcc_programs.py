@@ -230,6 +230,7 @@ struct seen_t {
     u64 ms;
     u64 created;
     u32 pid_before_tgid;
+    u8 on_rq;
 };
 BPF_ARRAY(seen, struct seen_t, 1);
 BPF_ARRAY(names, struct name_t, 1);
@@ -247,6 +248,7 @@ TRACEPOINT_PROBE(syscalls, sys_enter_openat) {
     s->ms = min_t(u64, div_u64(3 * NSEC_PER_MSEC, NSEC_PER_MSEC), 99);
     s->created = FMODE_CREATED;
     s->pid_before_tgid = *(&task->tgid - 1);  /* bindsnoop's way to a bitfield's byte */
+    s->on_rq = *(u8 *)((u64)&task->se.on_rq);  /* through a dot and casts (bindsnoop's protocol byte) */
     return 0;
 }
 """
@@ -266,6 +268,7 @@ def test_header_idioms_of_bccs_tools_read_what_the_kernel_holds(tmp_path):
         s = b["seen"][0]
         assert (s.parent_comm, s.path, s.ms, s.created) == (parent_comm, str(path).encode(), 3, 0x100000)
         assert s.pid_before_tgid == threading.get_native_id()  # task_struct: pid, then tgid
+        assert s.on_rq == 1  # the running task is queued on its run queue (TASK_ON_RQ_QUEUED)
         b["names"][0] = Name(b"lo")
         assert b["names"][0].name == b"lo"
         with pytest.raises(MapError, match=r"table 'names': a value of 8 bytes \(c_char_Array_8\) where the map's "
