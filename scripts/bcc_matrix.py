@@ -44,7 +44,8 @@ ARGS = {
     "ext4slower": ["0"], "btrfsslower": ["0"], "xfsslower": ["0"], "zfsslower": ["0"], "nfsslower": ["0"],
     "fileslower": ["0"], "biosnoop": [], "profile": ["-F", "99"], "offcputime": ["-p", "{pid}"],
     "memleak": ["-p", "{pid}", "1"], "inject": ["kmalloc", "-P", "0", "__x64_sys_mount()"], "dbslower": ["mysql"],
-    "dbstat": ["mysql"], "biolatpcts": ["{dev}", "-i", "1", "-w", "after-rq-alloc"], "deadlock": ["{pid}"], "dirtop": ["-d", "{dir}"],
+    "dbstat": ["mysql"], "biolatpcts": ["{dev}", "-i", "1", "-w", "after-rq-alloc"],
+    "deadlock": ["{pid}", "--binary", "{libc}"], "dirtop": ["-d", "{dir}"],
     "ttysnoop": ["{tty}"], "netqtop": ["-n", "lo"], "llcstat": ["1"], "cobjnew": ["{pid}"],
 }
 # BCC's language tools (shell wrappers of ucalls, uflow, ...) watch a process of that language:
@@ -55,6 +56,10 @@ for lang in ("java", "node", "perl", "php", "python", "ruby", "tcl"):
     for kind in ("calls", "flow", "gc", "objnew", "stat", "threads"):
         ARGS[f"{lang}{kind}"] = ([] if kind == "stat" else ["{jvm}"] if lang == "java"
                                  else ["{pid}"] if lang == "python" else ["{runtime}"])
+# the C library programs here use, where pthread_mutex_lock is (deadlock's --binary)
+LIBC = next((line.split(" => ")[1].split()[0]
+             for line in subprocess.run(["ldd", "/bin/sh"], capture_output=True, text=True).stdout.splitlines()
+             if "libc.so" in line and " => " in line), "/lib/x86_64-linux-gnu/libc.so.6")
 WORKLOAD_PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 JVM_LOAD = """
 public class EkLoad {
@@ -224,7 +229,7 @@ def run_tool(name: str, engine: str, seconds: float, startup: float) -> dict:
     jvm = start_jvm(work_dir, seconds + startup + 30) if name.startswith("java") else None
     runtime = start_runtime(name) if "{runtime}" in ARGS.get(name, []) else None
     args = [a.format(pid=load.pid, dir=work_dir, dev=block_device(work_dir), tty=workload["tty"],
-                     jvm=jvm.pid if jvm else 0, runtime=runtime.pid if runtime else child)
+                     jvm=jvm.pid if jvm else 0, runtime=runtime.pid if runtime else child, libc=LIBC)
             for a in ARGS.get(name, [])]
     if engine == "ebpfkit":
         argv = [sys.executable, "-m", "ebpfkit", "bcc", "run", name, *args]
