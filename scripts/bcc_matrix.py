@@ -99,7 +99,8 @@ os.makedirs(d, exist_ok=True)
 child = subprocess.Popen(["sleep", "3600"])
 # a BPF map held open (what bpflist lists): BPF_MAP_CREATE of a one-slot array
 attr = (ctypes.c_uint32 * 16)(2, 4, 4, 1)
-map_fd = ctypes.CDLL(None, use_errno=True).syscall(321, 0, ctypes.byref(attr), ctypes.sizeof(attr))
+libc = ctypes.CDLL(None, use_errno=True)
+map_fd = libc.syscall(321, 0, ctypes.byref(attr), ctypes.sizeof(attr))
 # an interactive bash on a terminal of its own, given a command line to read each loop
 term, tty = os.openpty()
 bash = subprocess.Popen(["bash", "--norc", "--noprofile", "-i"], stdin=tty, stdout=tty, stderr=tty,
@@ -133,6 +134,10 @@ while time.time() < end:
     threading.Thread(target=time.sleep, args=(0.01,), name=mark[:15]).start()
     ekmatrix_call()  # a function of its own for the Python language tools
     victim = subprocess.Popen(["sleep", "100"]); victim.kill(); victim.wait()  # a kill (killsnoop)
+    os.setpriority(os.PRIO_PROCESS, 0, -1); os.setpriority(os.PRIO_PROCESS, 0, 0)  # CAP_SYS_NICE (capable)
+    shm = libc.shmget(0, 4096, 0o1600); libc.shmctl(shm, 0, None)  # System V shared memory (shmsnoop)
+    listener = socket.socket(); listener.bind(("127.0.0.1", 0)); listener.listen(1); listener.close()  # solisten
+    os.sync()  # syncsnoop
     garbage = [[] for _ in range(5000)]  # enough objects for the collector to run (pythongc)
     os.write(term, f": {mark}\n".encode())
     os.unlink(path)
@@ -275,6 +280,8 @@ NEEDS = (
     ("hardware this machine lacks", r"only support Intel|hcall_|powerpc|attach to a hardware event"),
     ("a terminal", r"nocbreak\(\) returned ERR|setupterm"),
     ("a language runtime with USDT probes", r"USDT probe '[^']*' is not in process"),
+    ("a module not loaded here (xfs, zfs, nfs, md)", r"\b(xfs|zpl|zfs|nfs|md)_\w+ does not exist"),
+    ("an OOM kill, which the matrix does not provoke", r"^oomkill$"),
     ("kernel symbols of data (CONFIG_KALLSYMS_ALL)", r"CONFIG_KALLSYMS_ALL"),
     ("a Python tool (it is a shell script)", r"nor a wrapper of one"),
 )
@@ -284,8 +291,8 @@ def needs(row: dict) -> str:
     """What a row that did not pass needed ("" when nothing outside ebpfkit explains it)."""
     if row["status"] == "pass":
         return ""
-    words = f"{row['reason']}\n{row.get('said', '')}"
-    return next((what for what, pattern in NEEDS if re.search(pattern, words)), "")
+    words = f"{row['tool']}\n{row['reason']}\n{row.get('said', '')}"
+    return next((what for what, pattern in NEEDS if re.search(pattern, words, re.M)), "")
 
 
 def summary(rows: list) -> str:
