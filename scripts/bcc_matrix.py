@@ -315,7 +315,33 @@ def _last_line(text: str) -> str:
     return (errors or lines or [""])[-1][:160]
 
 
+def render(paths: list[str]) -> str:
+    """One table from several runs' printed tables (a column each: "ebpfkit on 6.1...", ...),
+    with the reason of each row's first column that did not pass."""
+    columns, results = [], {}
+    for path in paths:
+        with open(path) as f:
+            lines = [line.rstrip("\n") for line in f if line.startswith("| ")]
+        column = lines[0].split("|")[2].strip()
+        columns.append(column)
+        for line in lines[2:]:
+            tool, status, reason = [cell.strip() for cell in line.strip().strip("|").split("|", 2)]
+            results.setdefault(tool, {})[column] = (status, reason)
+    out = ["| tool | " + " | ".join(columns) + " | why not |", "| --- |" + " --- |" * (len(columns) + 1)]
+    for tool in sorted(results):
+        cells = [results[tool].get(c, ("-", "")) for c in columns]
+        # a failure says more than a "needs ..." where the kernel lacks what the tool needs
+        failed = [r for st, r in cells if st not in ("pass", "-") and r]
+        why = next((r for st, r in cells if st not in ("pass", "-") and not st.startswith("needs") and r),
+                   failed[0] if failed else "")
+        out.append(f"| {tool} | " + " | ".join(st for st, _ in cells) + f" | {why} |")
+    return "\n".join(out)
+
+
 def main() -> int:
+    if sys.argv[1:2] == ["--render"]:  # scripts/bcc_matrix.py --render host.txt vm.txt ...
+        print(render(sys.argv[2:]))
+        return 0
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--engine", choices=("ebpfkit", "bcc"), default="ebpfkit")
     parser.add_argument("--seconds", type=float, default=5.0, help="how long each tool traces")
