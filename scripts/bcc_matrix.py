@@ -85,7 +85,7 @@ EVIDENCE = {
     "biolatency": r"\d+ -> \d+\s+: [1-9]", "runqlat": r"\d+ -> \d+\s+: [1-9]", "biosnoop": "{pid}",
     "tcpretrans": "", "ext4slower": "{mark}", "cachestat": r"\d", "profile": "python", "offcputime": "python",
     # and of others whose workload the matrix makes
-    "bashreadline": "{mark}", "sslsniff": "{mark}", "bpflist": r"\b{pid}\b", "ttysnoop": "{mark}",
+    "bashreadline": "{mark}", "sslsniff": "{mark}", "mountsnoop": "{mark}", "bpflist": r"\b{pid}\b", "ttysnoop": "{mark}",
     # the language tools: the workload's own function and allocations, a collection's line
     "javacalls": "ekMarker", "javaflow": "ekMarker", "javaobjnew": r"\[I",
     "javagc": r"(?m)^\d+\.\d+\s+\d", "pythoncalls": "ekmatrix_call", "pythonflow": "ekmatrix_call",
@@ -138,6 +138,8 @@ while time.time() < end:
     shm = libc.shmget(0, 4096, 0o1600); libc.shmctl(shm, 0, None)  # System V shared memory (shmsnoop)
     listener = socket.socket(); listener.bind(("127.0.0.1", 0)); listener.listen(1); listener.close()  # solisten
     os.sync()  # syncsnoop
+    subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",  # mountsnoop; a namespace of its
+                    f"mount -t tmpfs {mark} {d} && umount {d}"])               # own: a kill leaves no mount
     garbage = [[] for _ in range(5000)]  # enough objects for the collector to run (pythongc)
     os.write(term, f": {mark}\n".encode())
     os.unlink(path)
