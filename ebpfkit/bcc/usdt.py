@@ -49,7 +49,9 @@ class USDT:
         try:
             self.enable_probe(probe, fn_name)
         except USDTException as exc:
-            print(f"Error attaching USDT probes: {exc}", file=sys.stderr)
+            from ..output import forward_output
+
+            forward_output("stderr", f"Error attaching USDT probes: {exc}\n".encode())
             sys.exit(1)
 
     def get_text(self) -> str:
