@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from dataclasses import dataclass, field
 
 from ..errors import CompileError, NotSupportedError
@@ -666,4 +667,8 @@ def _compile_error(name: str, errors) -> CompileError:
             file = f"{name}.c"
         diagnostics.append((file, loc.line, loc.column, "error", d.spelling, ""))
         lines.append(f"{file}:{loc.line}:{loc.column}: error: {d.spelling}")
+    missing = sorted({m for d in errors for m in re.findall(r"incomplete definition of type '(struct \w+)'", d.spelling)})
+    if missing:  # nfsslower's nfs_commit_data: a module's type
+        lines.append(f"({', '.join(missing)}: not in the kernel's own BTF (vmlinux); a module's type, whose BTF "
+                     "ebpfkit.bcc does not read)")
     return CompileError("the BCC program does not compile:\n" + "\n".join(lines), diagnostics)
