@@ -38,7 +38,8 @@ class BPF:
             self._translation, self._btf = Translation(""), None
             return
         self._usdt = list(usdt_contexts or [])
-        self._translation = _translate(source, name, self._cflags, usdt=bool(self._usdt) or "bpf_usdt_readarg" in source)
+        self._translation = _translate(source, name, self._cflags,
+                                       usdt=bool(self._usdt) or "bpf_usdt_readarg" in source)
         self._obj_path = self._compile()
         self._maps = self._open().load()
         self._btf = self._maps.btf
@@ -341,9 +342,6 @@ def _require_kprobes(fn_name: str) -> None:
     if found.status == features.UNSUPPORTED:
         raise NotSupportedError("kprobes", f"{fn_name}: this kernel has no kprobes ({found.reason})",
                                 hint="attach it to a tracepoint instead (TRACEPOINT_PROBE, attach_tracepoint)")
-
-
-
 
 
 def _semaphore_offset(binary: str, addr) -> int:
