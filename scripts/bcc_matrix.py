@@ -318,14 +318,16 @@ def _last_line(text: str) -> str:
 
 
 def render(paths: list[str]) -> str:
-    """One table from several runs' printed tables (a column each: "ebpfkit on 6.1...", ...),
-    with the reason of each row's first column that did not pass."""
+    """One table from several runs' printed tables (a column each: "ebpfkit on 6.1...", ...;
+    runs of one column in order, a later row replacing an earlier), with the most telling
+    reason of each row that did not pass."""
     columns, results = [], {}
     for path in paths:
         with open(path) as f:
             lines = [line.rstrip("\n") for line in f if line.startswith("| ")]
-        column = lines[0].split("|")[2].strip()
-        columns.append(column)
+        column = lines[0].split("|")[2].strip()  # a later run of the same column overrides its rows
+        if column not in columns:
+            columns.append(column)
         for line in lines[2:]:
             tool, status, reason = [cell.strip() for cell in line.strip().strip("|").split("|", 2)]
             results.setdefault(tool, {})[column] = (status, reason)
