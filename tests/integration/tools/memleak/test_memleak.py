@@ -121,7 +121,9 @@ def test_one_thread_by_pid(programs):
     sample, _ = traced_by_pid(start(programs["c"], 0, LEAKS, SIZE))
     assert_only_the_leak(sample, LEAKS, SIZE)
     leak = next(s for s in sample["stacks"] if "leak_here" in s["frames"][0])
-    assert leak["oldest_ms"] >= 500  # allocated before the 1.2 s wait, sampled every 0.5 s
+    # allocated before the 1.2 s wait, sampled every 0.5 s: the last sample is one interval or
+    # more after it, less the timer's jitter (CI saw 499 ms once)
+    assert leak["oldest_ms"] >= 450
     assert sample["counters"]["unknown_frees"] == 0, sample["counters"]
 
 
