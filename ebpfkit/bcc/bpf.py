@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 
-from ..errors import EbpfkitError, NotSupportedError
+from ..errors import ConfigError, EbpfkitError, NotSupportedError
 from . import facts
 from . import table as tables
 from .facts import _binary, _text
@@ -22,8 +22,19 @@ class BPF:
     SOCKET_FILTER, KPROBE, SCHED_CLS, SCHED_ACT, TRACEPOINT, XDP, PERF_EVENT = 1, 2, 3, 4, 5, 6, 7
     RAW_TRACEPOINT, TRACING, LSM = 17, 26, 29
 
+    def __new__(cls, *args, engine: str = "ebpfkit", **kwargs):
+        """``engine="bcc"``: the program is BCC's own (libbcc, against this kernel's headers),
+        and so is what it returns; ``"ebpfkit"`` (the default): this engine, against BTF."""
+        if engine == "bcc":
+            from . import native
+
+            return native.module().BPF(*args, **kwargs)
+        if engine != "ebpfkit":
+            raise ConfigError("engine", f"must be 'ebpfkit' or 'bcc', not {engine!r}")
+        return super().__new__(cls)
+
     def __init__(self, src_file=b"", hdr_file=b"", text=None, debug=0, cflags=None, usdt_contexts=None,
-                 allow_rlimit=True, device=None, attach_usdt_ignore_pid=False):
+                 allow_rlimit=True, device=None, attach_usdt_ignore_pid=False, engine="ebpfkit"):
         self._objects: dict[str, object] = {}   # function -> the object it was loaded in
         self._links: dict[tuple, object] = {}   # (kind, target, function) -> link
         self._readers: list = []
@@ -152,10 +163,25 @@ class BPF:
         self._detach("kretprobe", _text(event), fn_name)
 
     def attach_uprobe(self, name=b"", sym=b"", fn_name=b"", addr=None, sym_off=0, pid=-1, sym_re=b""):
+        if sym_re:  # every function matching, as BCC
+            for _, at in self._matching(name, sym_re):
+                self._attach_uprobe("uprobe", name, b"", fn_name, at, 0, pid)
+            return
         self._attach_uprobe("uprobe", name, sym, fn_name, addr, sym_off, pid)
 
     def attach_uretprobe(self, name=b"", sym=b"", fn_name=b"", addr=None, pid=-1, sym_re=b""):
+        if sym_re:
+            for _, at in self._matching(name, sym_re):
+                self._attach_uprobe("uretprobe", name, b"", fn_name, at, 0, pid)
+            return
         self._attach_uprobe("uretprobe", name, sym, fn_name, addr, 0, pid)
+
+    @staticmethod
+    def _matching(name, sym_re) -> list:
+        found = facts.get_user_functions_and_addresses(name, sym_re)
+        if not found:
+            raise EbpfkitError(f"no function of {_text(name)} matches '{_text(sym_re)}'")
+        return found
 
     def _attach_uprobe(self, kind, name, sym, fn_name, addr, sym_off, pid) -> None:
         from ..engine.symbols import elf_symbols
@@ -300,6 +326,9 @@ class BPF:
     monotonic_time = staticmethod(facts.monotonic_time)
     find_library = staticmethod(facts.find_library)
     find_exe = staticmethod(facts.find_exe)
+    get_user_functions_and_addresses = staticmethod(facts.get_user_functions_and_addresses)
+    get_user_functions = staticmethod(facts.get_user_functions)
+    get_user_addresses = staticmethod(facts.get_user_addresses)
 
     def get_syscall_fnname(self, name):
         return facts.get_syscall_fnname(name)

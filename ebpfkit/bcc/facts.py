@@ -141,6 +141,33 @@ def find_exe(bin_path) -> bytes | None:
     return found.encode() if found else None
 
 
+def get_user_functions_and_addresses(name, sym_re) -> list[tuple[bytes, int]]:
+    """The functions of binary or library ``name`` whose names match ``sym_re`` from their
+    start (re.match, as BCC), with their addresses: one entry per address."""
+    import re
+
+    from ..engine.symbols import SymbolError, elf_symbols
+
+    pattern = re.compile(_text(sym_re))
+    try:
+        functions = elf_symbols(_binary(_text(name))).functions()
+    except (OSError, SymbolError) as e:
+        raise EbpfkitError(f"cannot read the symbols of '{_text(name)}': {e}") from None
+    found: dict[int, bytes] = {}
+    for fn, addr in sorted(functions):
+        if addr and pattern.match(fn):
+            found.setdefault(addr, fn.encode())
+    return [(fn, addr) for addr, fn in found.items()]
+
+
+def get_user_functions(name, sym_re) -> list[bytes]:
+    return [fn for fn, _ in get_user_functions_and_addresses(name, sym_re)]
+
+
+def get_user_addresses(name, sym_re) -> list[int]:
+    return [addr for _, addr in get_user_functions_and_addresses(name, sym_re)]
+
+
 def get_probe_limit() -> int:
     return 1000
 

@@ -396,6 +396,11 @@ class ElfSymbols:
             return None
         return self._names[i], vaddr - start
 
+    def functions(self) -> list[tuple[str, int]]:
+        """Every function name the file (or its debug file) gives, with its address."""
+        self._index_extra_debug_file()
+        return [(name, entry[1]) for name, entry in self._by_name.items()]
+
     def symbol_vaddr(self, name: str, debug_file: bool = True) -> int | None:
         """The address of function ``name``; ``debug_file=False``: only as the file itself
         names it (an exported function is always there), without reading a separate debug file."""

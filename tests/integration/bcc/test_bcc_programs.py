@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from ebpfkit.bcc import BPF
-from ebpfkit.errors import CompileError, MapError, NotSupportedError
+from ebpfkit.errors import CompileError, EbpfkitError, MapError, NotSupportedError
 
 pytestmark = [pytest.mark.integration, pytest.mark.skipif(os.geteuid() != 0, reason="loads BPF programs")]
 
@@ -300,3 +300,28 @@ def test_a_probed_functions_pointer_argument_is_read_through():
                 libc.strtol(text, None, 36)
         counts = {chr(k.value): v.value for k, v in b["first_chars"].items() if v.value}
     assert counts == {"Q": 5, "Z": 3}
+
+
+def test_uprobes_on_every_function_a_regular_expression_names():
+    # dbslower's way of finding MySQL's dispatch_command: functions by pattern, then a uprobe each
+    found = dict(BPF.get_user_functions_and_addresses("c", r"getp[pg]id$"))
+    assert set(found) == {b"getppid", b"getpgid"}
+    from ebpfkit.bcc.facts import _binary
+    from ebpfkit.engine.symbols import elf_symbols
+
+    libc = elf_symbols(_binary("c"))
+    assert all(addr == libc.symbol_vaddr(name.decode()) for name, addr in found.items())
+    text = "BPF_ARRAY(calls, u64, 1);\n" \
+           "int on_call(struct pt_regs *ctx) {\n" \
+           "    if ((bpf_get_current_pid_tgid() >> 32) == TARGET_PID) calls.atomic_increment(0);\n" \
+           "    return 0;\n}\n"
+    with BPF(text=text, cflags=[f"-DTARGET_PID={os.getpid()}"]) as b:
+        b.attach_uprobe(name="c", sym_re=r"getp[pg]id$", fn_name="on_call")
+        assert b.num_open_uprobes() == 2
+        for _ in range(7):
+            os.getppid()
+        for _ in range(4):
+            os.getpgid(0)
+        assert b["calls"][0].value == 11
+        with pytest.raises(EbpfkitError, match="no function of c matches 'nosuchfunction'"):
+            b.attach_uprobe(name="c", sym_re="nosuchfunction", fn_name="on_call")
