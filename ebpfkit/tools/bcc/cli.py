@@ -14,6 +14,7 @@ Examples:
   ebpfkit bcc run exitsnoop            BCC's exitsnoop (Debian: /usr/sbin/exitsnoop-bpfcc)
   ebpfkit bcc run syscount -p 1234     its options after the name, as BCC's tool takes them
   ebpfkit bcc run ./mytool.py -i 5     a script of your own that does `from bcc import BPF`
+  ebpfkit bcc run --engine bcc execsnoop   BCC itself (where this kernel's headers are installed)
 """
 # where Debian's bpfcc-tools, and BCC built from source, put the tools
 TOOL_PLACES = ("/usr/sbin/{}-bpfcc", "/usr/share/bcc/tools/{}")
@@ -27,20 +28,22 @@ def bcc():
 
 @bcc.command(epilog=EXAMPLES, context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True,
                                                 "help_option_names": []})
+@click.option("--engine", type=click.Choice(["ebpfkit", "bcc"]), default="ebpfkit", show_default=True,
+              help="bcc: BCC itself runs the script (its module and this kernel's headers needed), to compare")
 @click.argument("script")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def run(script, args):
+def run(engine, script, args):
     """Run SCRIPT (a path, or the name of a BCC tool) with ARGS, as BCC would."""
     import sys
 
-    from ...bcc import install_as_bcc
+    from ...bcc import install_as_bcc, native
 
     path = find_script(script)
     with open(path, "rb") as f:
         first = f.readline()
     if first.startswith(b"#!") and b"python" not in first:
         path, args = unwrap(path, first, args)
-    install_as_bcc()
+    (native.install_as_bcc if engine == "bcc" else install_as_bcc)()
     sys.argv = [path, *args]
     with open(path, encoding="utf-8", errors="surrogateescape") as f:
         source = with_tracefs_here(f.read())
