@@ -3,15 +3,17 @@
 #   scripts/setup.sh            the engine and tools: clang, libbpf, bpftool, a venv with ebpfkit
 #   scripts/setup.sh --test     also what the test suite needs (QEMU and a kernel for the VM tests)
 #   scripts/setup.sh --bench    also the alternatives the benchmarks compare against (BCC, bpftrace)
+#   scripts/setup.sh --matrix   also what BCC's tools trace in the compatibility matrix (docs/bcc-compat.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-want_test=0 want_bench=0
+want_test=0 want_bench=0 want_matrix=0
 for arg in "$@"; do
   case "$arg" in
     --test) want_test=1 ;;
     --bench) want_bench=1 ;;
-    *) echo "usage: $0 [--test] [--bench]" >&2; exit 2 ;;
+    --matrix) want_matrix=1 ;;
+    *) echo "usage: $0 [--test] [--bench] [--matrix]" >&2; exit 2 ;;
   esac
 done
 
@@ -30,12 +32,14 @@ packages=("${runtime_packages[@]}" "${build_packages[@]}")
 # tests run their leaking program under jemalloc and tcmalloc (LD_PRELOAD) to test those presets;
 # detect's reverse-shell corpus uses socat, ncat and netcat (and its benign corpus socat, curl, and
 # ssh to an sshd of its own on a loopback port: openssh-server; its service is never started);
-# `ebpfkit bcc run` is tested on BCC's own tools, unmodified, as bpfcc-tools installs them.
+# `ebpfkit bcc run` is tested on BCC's own tools, unmodified, as bpfcc-tools installs them, on
+# what they trace: Ruby (libruby has USDT probes: rubycalls) and MariaDB's server and client
+# (dbslower; only the -core packages, which start no service: the test starts its own server).
 [ "$want_test" = 1 ] && packages+=(make libc6-dev qemu-system-x86 linux-image-amd64 linux-headers-amd64
                                    linux-image-6.12-amd64 linux-headers-6.12-amd64
                                    busybox-static nginx-light wrk prometheus
                                    libjemalloc2 libtcmalloc-minimal4 socat ncat netcat-openbsd curl
-                                   openssh-server bpfcc-tools)
+                                   openssh-server bpfcc-tools ruby mariadb-server-core mariadb-client-core)
 if [ "$want_bench" = 1 ]; then
   # gcc (above) builds the benchmark's syscall loop. BCC compiles against kernel headers: the running
   # kernel's if the archive has them, else the distribution's (fine for tracepoint programs).
@@ -51,6 +55,12 @@ if [ "$want_bench" = 1 ]; then
     packages+=("linux-headers-$(dpkg --print-architecture)")
   fi
 fi
+
+# The compatibility matrix runs every tool bpfcc-tools installs against what it traces (the test
+# packages above, and): PHP's CLI, built with its USDT probes (php*); a JDK for the java* tools'
+# JVM, which runs a source file (so with its compiler).
+[ "$want_matrix" = 1 ] && packages+=(bpfcc-tools ruby mariadb-server-core mariadb-client-core php-cli
+                                     default-jdk-headless)
 
 install_packages "${packages[@]}"
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -176,3 +177,76 @@ def test_pythongc_a_shell_wrapper_of_ugc_shows_each_collection_of_a_python_proce
         workload.wait(timeout=30)
     collections = re.findall(r"^\d+\.\d+\s+\d+\.\d+\s", out, re.M)  # START (s) and TIME (us) of each
     assert len(collections) == 4, out + err
+
+
+@pytest.mark.skipif(shutil.which("ruby") is None, reason="needs ruby (scripts/setup.sh --test installs it)")
+def test_rubycalls_counts_exactly_the_calls_of_a_ruby_method():
+    """rubycalls (`$lib/ucalls -l ruby`) on libruby's USDT probes (method__entry, raised by a
+    semaphore): a Ruby child calls a method of its own exactly 37 times while it traces. Ruby
+    fires method__entry only while a TracePoint is on (its DTrace docs say to enable one)."""
+    workload = subprocess.Popen(["ruby", "-e", "TracePoint.new(:call, :return) {}.enable\n"
+                                 "def ekt_marker; end\n$stdout.sync = true\nputs 'ready'\n$stdin.gets\n"
+                                 "37.times { ekt_marker }\nputs 'done'\n$stdin.gets\n"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert workload.stdout.readline() == "ready\n"
+    proc = start_tool("rubycalls", str(workload.pid))
+    try:
+        wait_for_header(proc, "Tracing calls")
+        time.sleep(SETTLE)
+        workload.stdin.write("go\n")
+        workload.stdin.flush()
+        assert workload.stdout.readline() == "done\n"
+        time.sleep(1)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+        workload.stdin.close()
+        workload.wait(timeout=30)
+    # ucalls keys its table by the 80 bytes after each name's address, read whole (as in BCC):
+    # a name Ruby builds afresh for each call can leave different bytes after its end, and the
+    # method then has several rows; together they count every call
+    counts = [int(n) for n in re.findall(r"^Object\.ekt_marker\s+(\d+)$", out, re.M)]
+    assert sum(counts) == 37, out + err
+
+
+@pytest.fixture
+def mariadb(tmp_path):
+    """MariaDB's server on a socket of its own (no network), started as `mysqld` (the name BCC's
+    db tools look for); the path of its socket."""
+    if not (os.path.exists("/usr/sbin/mysqld") and shutil.which("mariadb-install-db")):
+        pytest.skip("needs MariaDB's server (scripts/setup.sh --test installs it)")
+    data, sock = tmp_path / "data", tmp_path / "mysql.sock"
+    subprocess.run(["mariadb-install-db", "--no-defaults", f"--datadir={data}", "--user=root", "--skip-test-db",
+                    "--auth-root-authentication-method=normal"], check=True, capture_output=True, timeout=120)
+    server = subprocess.Popen(["/usr/sbin/mysqld", "--no-defaults", f"--datadir={data}", f"--socket={sock}",
+                               "--skip-networking", "--user=root", f"--pid-file={data}/pid"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        end = time.monotonic() + 60
+        while not sock.exists() and server.poll() is None and time.monotonic() < end:
+            time.sleep(0.1)
+        assert sock.exists(), "mysqld did not start"
+        yield str(sock)
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+
+
+def test_dbslower_shows_each_query_mariadb_runs_by_uprobe(mariadb):
+    """dbslower's uprobe mode (-x: MariaDB has no USDT probes) finds dispatch_command by a
+    regular expression over the server's symbols and reads the query text it is given: three
+    queries naming marks of their own appear, each once."""
+    proc = start_tool("dbslower", "mysql", "-x", "/usr/sbin/mysqld", "-m", "0")
+    marks = [f"ekt{os.getpid()}q{i}" for i in range(3)]
+    try:
+        wait_for_header(proc, "QUERY")
+        time.sleep(SETTLE)
+        for mark in marks:
+            subprocess.run(["mariadb", "--no-defaults", "-S", mariadb, "-u", "root", "-e", f"SELECT '{mark}'"],
+                           check=True, capture_output=True, timeout=30)
+        time.sleep(1)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    for mark in marks:
+        assert len(re.findall(rf"SELECT '{mark}'", out)) == 1, out + err
