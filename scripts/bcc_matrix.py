@@ -15,16 +15,20 @@ process, or port. Others pass on running cleanly with output beyond their banner
 from __future__ import annotations
 
 import argparse
+import fcntl
 import glob
 import json
 import os
+import pty
 import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
+import termios
 import threading
 import time
 
@@ -43,8 +47,9 @@ ARGS = {
     "trace": ["t:syscalls:sys_enter_openat \"%s\", args->filename"],
     "ext4slower": ["0"], "btrfsslower": ["0"], "xfsslower": ["0"], "zfsslower": ["0"], "nfsslower": ["0"],
     "fileslower": ["0"], "biosnoop": [], "profile": ["-F", "99"], "offcputime": ["-p", "{pid}"],
-    "memleak": ["-p", "{pid}", "1"], "inject": ["kmalloc", "-P", "0", "__x64_sys_mount()"], "dbslower": ["mysql"],
-    "dbstat": ["mysql"], "biolatpcts": ["{dev}", "-i", "1", "-w", "after-rq-alloc"],
+    "memleak": ["-p", "{pid}", "1"], "inject": ["kmalloc", "-P", "0", "__x64_sys_mount()"],
+    # MariaDB has no USDT probes: dbslower's uprobe mode (its dispatch_command), as BCC's example
+    "dbslower": ["mysql", "-x", "/usr/sbin/mysqld", "-m", "0"], "dbstat": ["mysql"], "mysqld_qslower": ["{mysqld}"], "biolatpcts": ["{dev}", "-i", "1", "-w", "after-rq-alloc"],
     "deadlock": ["{pid}", "--binary", "{libc}"], "dirtop": ["-d", "{dir}"],
     "ttysnoop": ["{tty}"], "netqtop": ["-n", "lo"], "llcstat": ["1"], "cobjnew": ["{pid}"],
 }
@@ -61,6 +66,8 @@ LIBC = next((line.split(" => ")[1].split()[0]
              for line in subprocess.run(["ldd", "/bin/sh"], capture_output=True, text=True).stdout.splitlines()
              if "libc.so" in line and " => " in line), "/lib/x86_64-linux-gnu/libc.so.6")
 WORKLOAD_PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+# BCC's ustat finds Python processes by the name "python" (what Debian's python-is-python3 and
+# most images call it); the workload runs under that name, through a link in its directory
 JVM_LOAD = """
 public class EkLoad {
     static long sum;
@@ -90,6 +97,9 @@ EVIDENCE = {
     "javacalls": "ekMarker", "javaflow": "ekMarker", "javaobjnew": r"\[I",
     "javagc": r"(?m)^\d+\.\d+\s+\d", "pythoncalls": "ekmatrix_call", "pythonflow": "ekmatrix_call",
     "pythongc": r"(?m)^\d+\.\d+\s+\d", "javastat": r"(?m)^\s*{jvm}\s", "pythonstat": r"(?m)^\s*{pid}\s",
+    "rubycalls": "ekmatrix_call", "rubyflow": "ekmatrix_call", "rubygc": r"(?m)^\d+\.\d+\s+\d",
+    "rubyobjnew": "EkmatrixObject", "rubystat": r"(?m)^\s*{runtime}\s", "phpcalls": "ekmatrix_call",
+    "phpflow": "ekmatrix_call", "phpstat": r"(?m)^\s*{runtime}\s", "dbslower": "{mark}",
 }
 WORKLOAD = r"""
 import ctypes, json, os, pty, socket, ssl, subprocess, sys, threading, time, signal
@@ -159,20 +169,55 @@ def block_device(path: str) -> str:
     return os.path.basename(real)
 
 
-# an idle process of each other language, where it is installed (without one, the tool is given
-# a process of no language: what it needs is then plain)
-RUNTIMES = {"node": ["node", "-e", "setInterval(() => {}, 100)"], "perl": ["perl", "-e", "sleep 60"],
-            "ruby": ["ruby", "-e", "sleep 60"], "php": ["php", "-r", "sleep(60);"],
-            "tcl": ["tclsh"]}
+# a process of each other language, where it is installed, calling a function of its own,
+# allocating objects of a class of its own and collecting (without one, the tool is given a
+# process of no language: what it needs is then plain)
+RUNTIMES = {
+    "node": ["node", "-e", "function ekmatrix_call() {} setInterval(() => ekmatrix_call(), 10)"],
+    "perl": ["perl", "-e", "sub ekmatrix_call {} while (1) { ekmatrix_call(); select(undef, undef, undef, 0.01) }"],
+    # Ruby fires method__entry for Ruby methods only while a TracePoint is on (since 2.5; its
+    # DTrace docs say to enable one: ruby/ruby#3115, Bug #14582)
+    "ruby": ["ruby", "-e", "TracePoint.new(:call, :return) {}.enable; "
+             "class EkmatrixObject; end; def ekmatrix_call; EkmatrixObject.new; end; "
+             "loop { 100.times { ekmatrix_call }; GC.start; sleep 0.05 }"],
+    "php": ["php", "-r", "function ekmatrix_call() { return new stdClass(); } "
+            "while (true) { for ($i = 0; $i < 100; $i++) ekmatrix_call(); usleep(50000); }"],
+    "tcl": ["tclsh"],
+}
+# PHP fires its function probes only when told to at start (BCC's ucalls says so too)
+RUNTIME_ENV = {"php": {"USE_ZEND_DTRACE": "1"}}
 
 
 def start_runtime(tool: str):
     lang = next((lang for lang in RUNTIMES if tool.startswith(lang)), None)
     if lang is None or shutil.which(RUNTIMES[lang][0]) is None:
         return None
-    started = subprocess.Popen(RUNTIMES[lang], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    started = subprocess.Popen(RUNTIMES[lang], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                               env=dict(os.environ, **RUNTIME_ENV.get(lang, {})))
     time.sleep(0.5)  # its libraries mapped
     return started
+
+
+def start_mysqld(directory: str, mark: str):
+    """MariaDB's server on a socket in ``directory`` (no network), started as ``mysqld`` (what
+    the db tools look for), and a client sending it a query naming ``mark`` 5 times a second.
+    (server, client loop), or None where it is not installed."""
+    if not (os.path.exists("/usr/sbin/mysqld") and shutil.which("mariadb-install-db") and shutil.which("mariadb")):
+        return None
+    data, sock = os.path.join(directory, "mysql"), os.path.join(directory, "mysql.sock")
+    subprocess.run(["mariadb-install-db", "--no-defaults", f"--datadir={data}", "--user=root", "--skip-test-db",
+                    "--auth-root-authentication-method=normal"], check=True, capture_output=True)
+    server = subprocess.Popen(["/usr/sbin/mysqld", "--no-defaults", f"--datadir={data}", f"--socket={sock}",
+                               "--skip-networking", "--user=root", f"--pid-file={data}/pid"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120  # a first start under emulation is slow
+    while not os.path.exists(sock) and server.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    query = f"SELECT '{mark}', SLEEP(0.002)"
+    client = subprocess.Popen(["sh", "-c", f"while :; do mariadb --no-defaults -S {sock} -u root -e \"{query}\"; "
+                               "sleep 0.2; done"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    return server, client
 
 
 def start_jvm(directory: str, seconds: float):
@@ -197,14 +242,37 @@ def make_certificate(directory: str) -> str:
     return pem
 
 
-def run_interrupted(argv: list, seconds: float, startup: float) -> tuple[str, str, int | None]:
+# tools that draw on a terminal (curses): run on a pseudo-terminal of their own
+TERMINAL_TOOLS = {"cachetop"}
+
+
+def run_interrupted(argv: list, seconds: float, startup: float,
+                    terminal: bool = False) -> tuple[str, str, int | None]:
     """Run a tool until ``seconds`` after its first line of output (its header: it is tracing
     then, or about to; a compile under emulation can take long) or until it ends; then SIGINT,
-    as a user's Ctrl-C. (stdout, stderr, its exit status if it ended by itself, else None.)"""
-    tool = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    as a user's Ctrl-C. (stdout, stderr, its exit status if it ended by itself, else None.)
+    ``terminal``: its input and output a pseudo-terminal, its screen's text returned as lines."""
+    if terminal:
+        master, slave = pty.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 160, 0, 0))
+        tool = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True, env=dict(os.environ, TERM="xterm"))
+        os.close(slave)
+        out_file = os.fdopen(master, "r", errors="replace")
+    else:
+        tool = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        out_file = tool.stdout
     streams: dict = {"out": [], "err": []}
-    readers = [threading.Thread(target=lambda f=f, k=k: streams[k].extend(f), daemon=True)
-               for f, k in ((tool.stdout, "out"), (tool.stderr, "err"))]
+
+    def read(f, key):
+        try:
+            streams[key].extend(f)
+        except OSError:  # a pseudo-terminal whose other end closed
+            pass
+
+    readers = [threading.Thread(target=read, args=(f, k), daemon=True)
+               for f, k in ((out_file, "out"), (tool.stderr, "err"))]
     for reader in readers:
         reader.start()
     deadline = time.monotonic() + startup
@@ -222,32 +290,43 @@ def run_interrupted(argv: list, seconds: float, startup: float) -> tuple[str, st
         status = None
     for reader in readers:
         reader.join(timeout=5)
-    return "".join(streams["out"]), "".join(streams["err"]), status
+    out = "".join(streams["out"])
+    if terminal:  # cursor movements become line breaks
+        out_file.close()
+        out = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Z0-9]|\x1b[=>]", "\n", out)
+    return out, "".join(streams["err"]), status
 
 
 def run_tool(name: str, engine: str, seconds: float, startup: float) -> dict:
     port = 20000 + os.getpid() % 20000
     work_dir = tempfile.mkdtemp(prefix="bcc-matrix-", dir="/var/tmp")
-    load = subprocess.Popen([WORKLOAD_PYTHON, "-c", WORKLOAD, MARK, str(port), str(seconds + startup + 30), CERT],
+    python = os.path.join(work_dir, "python")
+    os.symlink(os.path.realpath(WORKLOAD_PYTHON), python)
+    load = subprocess.Popen([python, "-c", WORKLOAD, MARK, str(port), str(seconds + startup + 30), CERT],
                             stdout=subprocess.PIPE, text=True, env=dict(os.environ, MATRIX_DIR=work_dir),
                             start_new_session=True)
     workload = json.loads(load.stdout.readline())
     child = workload["child"]
     jvm = start_jvm(work_dir, seconds + startup + 30) if name.startswith("java") else None
-    runtime = start_runtime(name) if "{runtime}" in ARGS.get(name, []) else None
+    runtime = start_runtime(name)
+    mysqld = start_mysqld(work_dir, MARK) if name in ("dbslower", "dbstat", "mysqld_qslower") else None
     args = [a.format(pid=load.pid, dir=work_dir, dev=block_device(work_dir), tty=workload["tty"],
-                     jvm=jvm.pid if jvm else 0, runtime=runtime.pid if runtime else child, libc=LIBC)
+                     jvm=jvm.pid if jvm else 0, runtime=runtime.pid if runtime else child, libc=LIBC,
+                     mysqld=mysqld[0].pid if mysqld else child)
             for a in ARGS.get(name, [])]
     if engine == "ebpfkit":
         argv = [sys.executable, "-m", "ebpfkit", "bcc", "run", name, *args]
     else:
         argv = ["/usr/bin/python3", os.path.join(TOOLS_DIR, f"{name}-bpfcc"), *args]
     started = time.monotonic()
-    out, err, returncode = run_interrupted(argv, seconds, startup)
+    out, err, returncode = run_interrupted(argv, seconds, startup, terminal=name in TERMINAL_TOOLS)
     ended_itself = returncode is not None
     os.killpg(load.pid, signal.SIGKILL)  # the workload and its child
     load.wait()
-    for helper in (jvm, runtime):
+    if mysqld:
+        os.killpg(mysqld[1].pid, signal.SIGKILL)
+        mysqld[1].wait()
+    for helper in (jvm, runtime, mysqld and mysqld[0]):
         if helper:
             helper.kill()
             helper.wait()
@@ -265,7 +344,8 @@ def run_tool(name: str, engine: str, seconds: float, startup: float) -> dict:
     else:
         wanted = EVIDENCE.get(name)
         if wanted is not None and wanted:
-            pattern = wanted.format(mark=MARK, port=port, child=child, pid=load.pid, jvm=jvm.pid if jvm else 0)
+            pattern = wanted.format(mark=MARK, port=port, child=child, pid=load.pid, jvm=jvm.pid if jvm else 0,
+                                    runtime=runtime.pid if runtime else 0)
             if not re.search(pattern, out):
                 row.update(status="no-evidence", reason=f"'{pattern}' not in its output")
         elif len(out.strip().splitlines()) < 2:
@@ -278,21 +358,32 @@ def run_tool(name: str, engine: str, seconds: float, startup: float) -> dict:
 # why a tool that did not pass could not have: what it needs that the run did not have
 NEEDS = (
     ("kprobes", r"has no kprobes"),
-    ("a program not installed", r"pidof', 'mysqld|mysqld|USAGE: mysqld"),
+    ("a program not installed", r"pidof', 'mysqld|USAGE: mysqld"),
     ("hardware this machine lacks", r"only support Intel|hcall_|powerpc|attach to a hardware event"),
     ("a terminal", r"nocbreak\(\) returned ERR|setupterm"),
-    ("a language runtime with USDT probes", r"USDT probe '[^']*' is not in process"),
+    ("a runtime or server built with its USDT probes", r"USDT probe '[^']*' is not in process"),
     ("a module not loaded here (xfs, zfs, nfs, md)", r"\b(xfs|zpl|zfs|nfs|md)_\w+ does not exist"),
     ("an OOM kill, which the matrix does not provoke", r"^oomkill$"),
     ("kernel symbols of data (CONFIG_KALLSYMS_ALL)", r"CONFIG_KALLSYMS_ALL"),
+    ("a Python whose function__entry probe fires (CPython 3.11 to 3.14 do not: python/cpython#98894)",
+     r"^pythoncalls$"),
     ("a Python tool (it is a shell script)", r"nor a wrapper of one"),
 )
+
+
+# tools that attach kprobes whatever their options, after something else that can stop them
+# first (cachetop a terminal, ext4slower its own check of /proc/kallsyms, nfsslower the nfs
+# module's types): on a kernel without kprobes, they could not have passed
+KPROBES_AFTER = {"cachetop", "ext4slower", "nfsslower"}
+HAS_KPROBES = os.path.exists("/sys/bus/event_source/devices/kprobe")
 
 
 def needs(row: dict) -> str:
     """What a row that did not pass needed ("" when nothing outside ebpfkit explains it)."""
     if row["status"] == "pass":
         return ""
+    if row["tool"] in KPROBES_AFTER and not HAS_KPROBES:
+        return "kprobes"
     words = f"{row['tool']}\n{row['reason']}\n{row.get('said', '')}"
     return next((what for what, pattern in NEEDS if re.search(pattern, words, re.M)), "")
 
