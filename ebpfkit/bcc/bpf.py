@@ -9,6 +9,7 @@ gets can come from the attach call, as in BCC. Functions named for their hook
 from __future__ import annotations
 
 import hashlib
+import sys
 import os
 
 from ..errors import ConfigError, EbpfkitError, NotSupportedError
@@ -35,11 +36,13 @@ class BPF:
 
     def __init__(self, src_file=b"", hdr_file=b"", text=None, debug=0, cflags=None, usdt_contexts=None,
                  allow_rlimit=True, device=None, attach_usdt_ignore_pid=False, engine="ebpfkit"):
-        self._objects: dict[str, object] = {}   # function -> the object it was loaded in
+        self._objects: dict = {}   # function (or (function, variant)) -> the object it was loaded in
         self._links: dict[tuple, object] = {}   # (kind, target, function) -> link
         self._readers: list = []
         self._maps = None
         self._tables: dict[str, tables.TableBase] = {}
+        self._syscall_variant: str | None = None  # the object compiled for syscall tracepoints
+        self._said_retargeted = False
         source, name = _source(src_file, text)
         self._name = name
         self._cflags = [c.decode() if isinstance(c, bytes) else c for c in (cflags or [])]
@@ -64,21 +67,23 @@ class BPF:
 
     # --- loading ---
 
-    def _compile(self) -> str:
+    def _compile(self, variant: tuple = ()) -> str:
         from .. import engine
-        from .translate import INCLUDE_DIR, stub_dir
+        from .translate import INCLUDE_DIR, kconfig_dir, stub_dir
 
         spec = engine.compile(text=self._translation.source, name=f"{self._name}.bcc.bpf.c",
-                              cflags=[f"-I{INCLUDE_DIR}", f"-I{stub_dir(self._translation.stubs)}", *self._cflags])
+                              cflags=[f"-I{INCLUDE_DIR}", f"-I{stub_dir(self._translation.stubs)}", f"-I{kconfig_dir()}",
+                                      *self._cflags, *variant])
         path = spec.path
         spec.close()
         return path
 
-    def _open(self, only: str | None = None, prog_type: int | None = None):
-        """The object opened again: no program (the maps), or just ``only``, reusing the maps."""
+    def _open(self, only: str | None = None, prog_type: int | None = None, path: str | None = None):
+        """The object (or ``path``, a variant of it) opened again: no program (the maps), or just
+        ``only``, reusing the maps."""
         from .. import engine
 
-        spec = engine.open_object(self._obj_path, name=self._name[:15])
+        spec = engine.open_object(path or self._obj_path, name=self._name[:15])
         for prog in spec.programs.values():
             prog.autoload = prog.name == only
         if only is not None:
@@ -147,6 +152,8 @@ class BPF:
 
     def _attach_kprobes(self, kind: str, event, event_re, fn_name, offset: int) -> None:
         """One function, or (``event_re``) every function the pattern matches."""
+        if not event_re and not offset and not _have_kprobes():
+            return self._attach_on_syscall_tracepoints(kind, _text(event), _text(fn_name))
         _require_kprobes(_text(fn_name))
         events = [_text(e) for e in self.get_kprobe_functions(event_re)] if event_re else [_text(event)]
         if not events:
@@ -155,6 +162,37 @@ class BPF:
         for name in events:
             self._links[(kind, name, _text(fn_name))] = prog.attach_kprobe(name, retprobe=kind == "kretprobe",
                                                                             offset=offset)
+
+    def _attach_on_syscall_tracepoints(self, kind: str, event: str, fn_name: str) -> None:
+        """No kprobes here: a kprobe (kretprobe) on a syscall's function runs on the syscall's
+        enter (exit) tracepoint instead, which fires in the same task with the same arguments
+        (the return value at exit); the function is compiled again for a tracepoint's context."""
+        event_name = facts.syscall_tracepoint(event, "enter" if kind == "kprobe" else "exit")
+        if event_name is None and facts.unreachable_syscall(event):
+            self._links[(kind, event, fn_name)] = _NothingAttached()  # as a kprobe there: it never fires
+            return
+        if event_name is None:
+            _require_kprobes(fn_name, f"{event} is not a syscall's function, whose tracepoint could stand in")
+        obj = self._objects.get((fn_name, "syscall tracepoint"))
+        if obj is None:
+            if self._syscall_variant is None:
+                self._syscall_variant = self._compile(("-D__EK_SYSCALL_TRACEPOINT",))
+            obj = self._objects[(fn_name, "syscall tracepoint")] = self._open(
+                fn_name, self.TRACEPOINT, self._syscall_variant).load()
+        try:
+            link = obj.programs[fn_name].attach_tracepoint("syscalls", event_name)
+        except EbpfkitError as e:
+            if not any(word in str(e) for word in ("EACCES", "EPERM", "Permission denied")):
+                raise
+            # the kernel checks a tracepoint program's context reads against the record's size
+            # (perf_event_set_bpf_prog: EACCES, EPERM through a link), root or not
+            _require_kprobes(fn_name, f"it reads registers a kprobe gives (PT_REGS_PARMn, PT_REGS_IP), past the "
+                                      f"end of what syscalls:{event_name} records")
+        if not self._said_retargeted:
+            self._said_retargeted = True
+            print(f"ebpfkit: no kprobes on this kernel: kprobes on syscalls run on the syscall's tracepoints "
+                  f"({fn_name} on syscalls:{event_name}, ...)", file=sys.stderr)
+        self._links[(kind, event, fn_name)] = link
 
     def detach_kprobe(self, event=b"", fn_name=None):
         self._detach("kprobe", _text(event), fn_name)
@@ -364,12 +402,26 @@ class BPF:
         self.cleanup()
 
 
-def _require_kprobes(fn_name: str) -> None:
+class _NothingAttached:
+    """What a kprobe on a function nothing calls stands for where there are no kprobes."""
+
+    def close(self) -> None:
+        pass
+
+
+def _have_kprobes() -> bool:
+    from ..engine import features
+
+    return features.probe("kprobe").status != features.UNSUPPORTED
+
+
+def _require_kprobes(fn_name: str, why_no_stand_in: str = "") -> None:
     from ..engine import features
 
     found = features.probe("kprobe")
     if found.status == features.UNSUPPORTED:
-        raise NotSupportedError("kprobes", f"{fn_name}: this kernel has no kprobes ({found.reason})",
+        also = f"; {why_no_stand_in}" if why_no_stand_in else ""
+        raise NotSupportedError("kprobes", f"{fn_name}: this kernel has no kprobes ({found.reason}){also}",
                                 hint="attach it to a tracepoint instead (TRACEPOINT_PROBE, attach_tracepoint)")
 
 
@@ -409,10 +461,10 @@ def _translate(source: str, name: str, cflags, usdt: bool = False):
     from ..engine import cache
     from ..engine.btf import find_kernel_btf
     from ..engine.compiler import Compiler
-    from .translate import INCLUDE_DIR, VERSION, Probe, Translation, translate
+    from .translate import INCLUDE_DIR, VERSION, Probe, Translation, kconfig_dir, translate
 
     vmlinux_h = Compiler(btf=find_kernel_btf(None)).btf.vmlinux_h()
-    key = cache.digest(str(VERSION), source, name, "\0".join(cflags), str(usdt), vmlinux_h,
+    key = cache.digest(str(VERSION), source, name, "\0".join(cflags), str(usdt), vmlinux_h, kconfig_dir(),
                        cache.file_digest(os.path.join(INCLUDE_DIR, "ek_bcc.h")))
     path = os.path.join(cache.subdir("bcc"), f"{key}.json")
     try:

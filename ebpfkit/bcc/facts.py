@@ -5,6 +5,7 @@ binds them to the class."""
 from __future__ import annotations
 
 import os
+import re
 
 from ..errors import EbpfkitError
 
@@ -15,6 +16,32 @@ def tracepoint_exists(category, event) -> bool:
     from ..sysinfo.events import tracepoint_exists
 
     return tracepoint_exists(_text(category), _text(event))
+
+
+# a syscall's own function, as get_syscall_fnname names it (this architecture's wrapper, or the
+# plain name of kernels without wrappers); not __ia32_ (32-bit compat) nor __se_/__do_ (inner)
+_SYSCALL_FUNCTION = re.compile(r"^(?:__x64_|__arm64_|__s390x_|__riscv_)?sys_(\w+)$")
+
+
+def syscall_tracepoint(function: str, phase: str) -> str | None:
+    """``__x64_sys_openat``, "enter" -> "sys_enter_openat" (of category syscalls), if that
+    tracepoint exists: it fires where the function's kprobe would, in the same task."""
+    found = _SYSCALL_FUNCTION.match(function)
+    if not found:
+        return None
+    event = f"sys_{phase}_{found.group(1)}"
+    return event if tracepoint_exists("syscalls", event) else None
+
+
+def unreachable_syscall(function: str) -> bool:
+    """Whether ``function`` is an architecture's syscall wrapper (``__x64_sys_stat``) that no
+    syscall number of this architecture reaches: the kernel makes a syscall's tracepoints
+    only for the syscalls its table maps (x86-64 maps stat to newstat; __x64_sys_stat is
+    built, and a kprobe on it never fires)."""
+    found = _SYSCALL_FUNCTION.match(function)
+    return bool(found and not function.startswith("sys_") and ksymname(function) != -1
+                and tracepoint_exists("syscalls", "sys_enter_getpid")
+                and not tracepoint_exists("syscalls", f"sys_enter_{found.group(1)}"))
 
 
 def generate_auto_includes(program_words) -> str:

@@ -20,6 +20,7 @@ extents libclang gives:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -32,9 +33,10 @@ INCLUDE_DIR = os.path.join(os.path.dirname(__file__), "include")
 # unsaved (in-memory) files, in a directory that need not exist
 VIRTUAL_DIR = "/ebpfkit-bcc"
 MAIN_FILE, PROGRAM_FILE = f"{VIRTUAL_DIR}/main.c", f"{VIRTUAL_DIR}/bcc_program.c"
-VERSION = 11  # of the translation: part of the cache key
+VERSION = 14  # of the translation: part of the cache key
 
 _HEADERS = """\
+#include "ek_kconfig.h"
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
@@ -81,6 +83,23 @@ class Translation:
 _KERNEL_HEADER_DIRS = ("linux/", "net/", "uapi/", "asm/", "trace/", "bcc/", "scsi/", "xen/")
 
 
+@functools.lru_cache(maxsize=1)
+def kconfig_dir() -> str:
+    """A directory holding ek_kconfig.h: this kernel's CONFIG_* options, as the autoconf.h of
+    its headers defines them for BCC's programs (``#if defined(CONFIG_ARCH_HAS_SYSCALL_WRAPPER)``
+    decides how opensnoop reads a syscall's arguments)."""
+    from ..engine import cache
+    from ..sysinfo.kconfig import as_c_defines, config_path, kernel_config
+
+    text = (f"/* ebpfkit.bcc: the kernel's configuration ({config_path() or 'not found'}) */\n#pragma once\n"
+            + as_c_defines(kernel_config()))
+    root = cache.subdir(os.path.join("bcc", "kconfig", cache.digest(text)[:20]))
+    path = os.path.join(root, "ek_kconfig.h")
+    if not os.path.exists(path):
+        cache.atomic_write(path, text.encode())
+    return root
+
+
 def stub_dir(stubs) -> str:
     """A directory holding an empty header for each of ``stubs`` (made when missing)."""
     from ..engine import cache
@@ -119,7 +138,8 @@ def translate(text: str, vmlinux_h: str, name: str = "bcc_program", cflags=(), t
     main = f"#define EK_BCC_PARSE 1\n{headers}{tp_structs}#include \"{os.path.basename(PROGRAM_FILE)}\"\n"
     stubs = _included(index, text)
     args = ["-x", "c", "-target", "bpf", "-D__TARGET_ARCH_x86", "-D__BPF_TRACING__", "-Wno-unused-value",
-            f"-I{os.path.dirname(vmlinux_h)}", f"-I{INCLUDE_DIR}", f"-I{stub_dir(stubs)}", *cflags]
+            f"-I{os.path.dirname(vmlinux_h)}", f"-I{INCLUDE_DIR}", f"-I{stub_dir(stubs)}", f"-I{kconfig_dir()}",
+            *cflags]
 
     def parse(text):
         return index.parse(MAIN_FILE, args=args, unsaved_files=[(MAIN_FILE, main), (PROGRAM_FILE, text)],

@@ -371,3 +371,28 @@ static __always_inline unsigned int bpf_log2l(unsigned long v)
 }
 
 #define BPF_LICENSE(name) char _license[] SEC("license") = #name
+
+/* ---- a kprobe on a syscall's function, run on the syscall's tracepoint instead (kernels
+ * without kprobes: bpf.py compiles the program a second time with this defined and loads
+ * only that function from it). Its arguments are the enter record's args[], its return
+ * value the exit record's ret. Registers a kprobe would give are not there: read through
+ * PT_REGS_PARMn, they lie past the record's end, which the kernel refuses at attach. ---- */
+#ifdef __EK_SYSCALL_TRACEPOINT
+#undef PT_REGS_SYSCALL_REGS
+#define PT_REGS_SYSCALL_REGS(x) ((struct pt_regs *)(x))
+#define __EK_SYSCALL_ARG(x, n) (((const struct trace_event_raw_sys_enter *)(x))->args[n])
+#undef PT_REGS_PARM1_CORE_SYSCALL
+#define PT_REGS_PARM1_CORE_SYSCALL(x) __EK_SYSCALL_ARG(x, 0)
+#undef PT_REGS_PARM2_CORE_SYSCALL
+#define PT_REGS_PARM2_CORE_SYSCALL(x) __EK_SYSCALL_ARG(x, 1)
+#undef PT_REGS_PARM3_CORE_SYSCALL
+#define PT_REGS_PARM3_CORE_SYSCALL(x) __EK_SYSCALL_ARG(x, 2)
+#undef PT_REGS_PARM4_CORE_SYSCALL
+#define PT_REGS_PARM4_CORE_SYSCALL(x) __EK_SYSCALL_ARG(x, 3)
+#undef PT_REGS_PARM5_CORE_SYSCALL
+#define PT_REGS_PARM5_CORE_SYSCALL(x) __EK_SYSCALL_ARG(x, 4)
+#undef PT_REGS_PARM6_CORE_SYSCALL
+#define PT_REGS_PARM6_CORE_SYSCALL(x) __EK_SYSCALL_ARG(x, 5)
+#undef PT_REGS_RC
+#define PT_REGS_RC(x) (((const struct trace_event_raw_sys_exit *)(x))->ret)
+#endif

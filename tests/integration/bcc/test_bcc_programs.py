@@ -325,3 +325,90 @@ def test_uprobes_on_every_function_a_regular_expression_names():
         assert b["calls"][0].value == 11
         with pytest.raises(EbpfkitError, match="no function of c matches 'nosuchfunction'"):
             b.attach_uprobe(name="c", sym_re="nosuchfunction", fn_name="on_call")
+
+
+SYSCALL_KPROBES = r"""
+#include <linux/fs.h>
+
+BPF_HASH(inflight, u32, u8);
+BPF_ARRAY(results, s64, 3);  /* 0: opens entered, 1: of those, returned a descriptor, 2: last error */
+
+int syscall__openat(struct pt_regs *ctx, int dfd, const char __user *filename, int flags)
+{
+    u64 id = bpf_get_current_pid_tgid();
+    if ((id >> 32) != TARGET_PID || !(flags & O_NOCTTY))
+        return 0;
+    u32 tid = id;
+    u8 one = 1;
+    inflight.update(&tid, &one);
+    results.atomic_increment(0);
+    return 0;
+}
+
+int openat_return(struct pt_regs *ctx)
+{
+    u32 tid = bpf_get_current_pid_tgid();
+    if (!inflight.lookup(&tid))
+        return 0;
+    inflight.delete(&tid);
+    long ret = PT_REGS_RC(ctx);
+    if (ret >= 0) {
+        results.atomic_increment(1);
+    } else {
+        int last = 2;
+        results.update(&last, &ret);
+    }
+    return 0;
+}
+
+int reads_registers(struct pt_regs *ctx)
+{
+    return PT_REGS_PARM1(ctx) != 0;
+}
+"""
+
+
+def test_kprobes_on_a_syscall_run_on_its_tracepoints_where_there_are_no_kprobes(tmp_path, capfd):
+    """opensnoop's shape: a syscall__ entry reading the syscall's arguments and a return probe
+    reading its result, attached by get_syscall_fnname. Without kprobes (this host) they run on
+    syscalls:sys_enter_openat/sys_exit_openat and see exactly the opens made; with kprobes, on
+    the kprobes."""
+    import errno
+
+    present = tmp_path / "present"
+    present.write_text("x")
+    with BPF(text=SYSCALL_KPROBES, cflags=[f"-DTARGET_PID={os.getpid()}"]) as b:
+        fn = b.get_syscall_fnname("openat")
+        b.attach_kprobe(event=fn, fn_name="syscall__openat")
+        b.attach_kretprobe(event=fn, fn_name="openat_return")
+        assert b.num_open_kprobes() == 2
+        for _ in range(11):
+            os.close(os.open(present, os.O_RDONLY | os.O_NOCTTY))
+        for _ in range(2):
+            with pytest.raises(FileNotFoundError):
+                os.open(tmp_path / "absent", os.O_RDONLY | os.O_NOCTTY)
+        os.close(os.open(present, os.O_RDONLY))  # not ours: no O_NOCTTY
+        results = [b["results"][i].value for i in range(3)]
+        b.detach_kprobe(event=fn)
+        assert b.num_open_kprobes() == 1
+    assert results == [13, 11, -errno.ENOENT]
+    if not _have_kprobes():
+        assert "no kprobes on this kernel: kprobes on syscalls run on the syscall's tracepoints" in capfd.readouterr().err
+
+
+def _have_kprobes() -> bool:
+    from ebpfkit.bcc.bpf import _have_kprobes as have
+
+    return have()
+
+
+@pytest.mark.skipif(_have_kprobes(), reason="what a kernel without kprobes says (the host's: it has none)")
+def test_without_kprobes_what_no_tracepoint_can_stand_in_for_says_so():
+    with BPF(text=SYSCALL_KPROBES, cflags=["-DTARGET_PID=1"]) as b:
+        with pytest.raises(NotSupportedError, match="do_sys_openat2 is not a syscall's function") as e:
+            b.attach_kprobe(event="do_sys_openat2", fn_name="syscall__openat")
+        assert e.value.exit_code == 3
+        with pytest.raises(NotSupportedError, match=r"reads registers a kprobe gives \(PT_REGS_PARMn, PT_REGS_IP\), past "
+                                                    r"the end of what syscalls:sys_enter_getpid records"):
+            b.attach_kprobe(event=b.get_syscall_fnname("getpid"), fn_name="reads_registers")
+        assert b.num_open_kprobes() == 0

@@ -250,3 +250,27 @@ def test_dbslower_shows_each_query_mariadb_runs_by_uprobe(mariadb):
         out, err = proc.communicate(timeout=30)
     for mark in marks:
         assert len(re.findall(rf"SELECT '{mark}'", out)) == 1, out + err
+
+
+def test_opensnoop_shows_each_open_of_a_file_with_its_result(tmp_path):
+    """BCC's opensnoop attaches kprobes to the open syscalls' functions; where the kernel has no
+    kprobes (this host) they run on the syscalls' tracepoints, and each open the test makes
+    shows with its pid, its descriptor or its error."""
+    present, absent = tmp_path / f"ekt{os.getpid()}.dat", tmp_path / f"ekt{os.getpid()}.missing"
+    present.write_text("x")
+    proc = start_tool("opensnoop", "-p", str(os.getpid()))
+    try:
+        wait_for_header(proc, "PATH")
+        time.sleep(SETTLE)
+        for _ in range(3):
+            os.close(os.open(present, os.O_RDONLY))
+        with pytest.raises(FileNotFoundError):
+            os.open(absent, os.O_RDONLY)
+        time.sleep(1)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    # PID COMM FD ERR PATH
+    opened = re.findall(rf"^{os.getpid()}\s+\S+\s+(\d+)\s+0\s+{re.escape(str(present))}$", out, re.M)
+    failed = re.findall(rf"^{os.getpid()}\s+\S+\s+-1\s+2\s+{re.escape(str(absent))}$", out, re.M)
+    assert len(opened) == 3 and len(failed) == 1, out + err
