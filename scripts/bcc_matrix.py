@@ -100,6 +100,7 @@ EVIDENCE = {
     "rubycalls": "ekmatrix_call", "rubyflow": "ekmatrix_call", "rubygc": r"(?m)^\d+\.\d+\s+\d",
     "rubyobjnew": "EkmatrixObject", "rubystat": r"(?m)^\s*{runtime}\s", "phpcalls": "ekmatrix_call",
     "phpflow": "ekmatrix_call", "phpstat": r"(?m)^\s*{runtime}\s", "dbslower": "{mark}",
+    "nodestat": r"(?m)^\s*{runtime}\s", "perlstat": r"(?m)^\s*{runtime}\s", "tclstat": r"(?m)^\s*{runtime}\s",
 }
 WORKLOAD = r"""
 import ctypes, json, os, pty, socket, ssl, subprocess, sys, threading, time, signal

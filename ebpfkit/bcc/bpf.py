@@ -9,7 +9,6 @@ gets can come from the attach call, as in BCC. Functions named for their hook
 from __future__ import annotations
 
 import hashlib
-import sys
 import os
 
 from ..errors import ConfigError, EbpfkitError, NotSupportedError
@@ -190,8 +189,10 @@ class BPF:
                                       f"end of what syscalls:{event_name} records")
         if not self._said_retargeted:
             self._said_retargeted = True
-            print(f"ebpfkit: no kprobes on this kernel: kprobes on syscalls run on the syscall's tracepoints "
-                  f"({fn_name} on syscalls:{event_name}, ...)", file=sys.stderr)
+            from ..output.logs import get_logger
+
+            get_logger("ebpfkit.bcc").warning(f"no kprobes on this kernel: kprobes on syscalls run on the syscall's "
+                                              f"tracepoints ({fn_name} on syscalls:{event_name}, ...)")
         self._links[(kind, event, fn_name)] = link
 
     def detach_kprobe(self, event=b"", fn_name=None):
