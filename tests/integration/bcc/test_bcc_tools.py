@@ -147,51 +147,15 @@ def test_tplist_reads_tracefs_where_this_system_mounts_it():
     assert lines[0] == "sched:sched_process_exec" and "    pid_t pid;" in lines, lines
 
 
-@pytest.mark.skipif(not os.path.exists("/usr/bin/python3"), reason="needs the system's python3 (its SDT probes)")
-def test_pythongc_a_shell_wrapper_of_ugc_shows_each_collection_of_a_python_process():
-    """BCC's pythongc is `$lib/ugc -l python "$@"`: run as ugc, on the interpreter's USDT
-    probes (gc__start, gc__done); a child collects exactly 4 times, with automatic
-    collection off."""
-    from ebpfkit.engine import usdt
-
-    python = os.path.realpath("/usr/bin/python3")
-    if not usdt.find("gc__start", "python", path=python):
-        pytest.skip(f"{python} has no SDT probes")
-    workload = subprocess.Popen([python, "-c", "import gc, sys\ngc.disable()\nprint('ready', flush=True)\n"
-                                 "sys.stdin.readline()\nfor _ in range(4): gc.collect()\n"
-                                 "print('done', flush=True)\nsys.stdin.readline()\n"],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+def trace_on_cue(tool: str, workload_argv: list, header: str) -> tuple[str, str]:
+    """Run ``tool`` on a workload that prints "ready", does its work when a line arrives on its
+    input, prints "done" and waits: the work happens wholly while the tool traces. The tool
+    stops first (an interpreter may do more of the work as it exits)."""
+    workload = subprocess.Popen(workload_argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert workload.stdout.readline() == "ready\n"
-    proc = start_tool("pythongc", str(workload.pid))
+    proc = start_tool(tool, str(workload.pid))
     try:
-        wait_for_header(proc, "DESCRIPTION")
-        time.sleep(SETTLE)
-        workload.stdin.write("go\n")
-        workload.stdin.flush()
-        assert workload.stdout.readline() == "done\n"
-        time.sleep(1)
-    finally:  # the tool stops first: an interpreter collects again as it exits
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
-        workload.stdin.close()
-        workload.wait(timeout=30)
-    collections = re.findall(r"^\d+\.\d+\s+\d+\.\d+\s", out, re.M)  # START (s) and TIME (us) of each
-    assert len(collections) == 4, out + err
-
-
-@pytest.mark.skipif(shutil.which("ruby") is None, reason="needs ruby (scripts/setup.sh --test installs it)")
-def test_rubycalls_counts_exactly_the_calls_of_a_ruby_method():
-    """rubycalls (`$lib/ucalls -l ruby`) on libruby's USDT probes (method__entry, raised by a
-    semaphore): a Ruby child calls a method of its own exactly 37 times while it traces. Ruby
-    fires method__entry only while a TracePoint is on (its DTrace docs say to enable one)."""
-    workload = subprocess.Popen(["ruby", "-e", "TracePoint.new(:call, :return) {}.enable\n"
-                                 "def ekt_marker; end\n$stdout.sync = true\nputs 'ready'\n$stdin.gets\n"
-                                 "37.times { ekt_marker }\nputs 'done'\n$stdin.gets\n"],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    assert workload.stdout.readline() == "ready\n"
-    proc = start_tool("rubycalls", str(workload.pid))
-    try:
-        wait_for_header(proc, "Tracing calls")
+        wait_for_header(proc, header)
         time.sleep(SETTLE)
         workload.stdin.write("go\n")
         workload.stdin.flush()
@@ -202,6 +166,34 @@ def test_rubycalls_counts_exactly_the_calls_of_a_ruby_method():
         out, err = proc.communicate(timeout=30)
         workload.stdin.close()
         workload.wait(timeout=30)
+    return out, err
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/bin/python3"), reason="needs the system's python3 (its SDT probes)")
+def test_pythongc_a_shell_wrapper_of_ugc_shows_each_collection_of_a_python_process():
+    """BCC's pythongc is `$lib/ugc -l python "$@"`: run as ugc, on the interpreter's USDT
+    probes (gc__start, gc__done); a child collects exactly 4 times, with automatic
+    collection off."""
+    from ebpfkit.engine import usdt
+
+    python = os.path.realpath("/usr/bin/python3")
+    if not usdt.find("gc__start", "python", path=python):
+        pytest.skip(f"{python} has no SDT probes")
+    out, err = trace_on_cue("pythongc", [python, "-c", "import gc, sys\ngc.disable()\nprint('ready', flush=True)\n"
+                                         "sys.stdin.readline()\nfor _ in range(4): gc.collect()\n"
+                                         "print('done', flush=True)\nsys.stdin.readline()\n"], "DESCRIPTION")
+    collections = re.findall(r"^\d+\.\d+\s+\d+\.\d+\s", out, re.M)  # START (s) and TIME (us) of each
+    assert len(collections) == 4, out + err
+
+
+@pytest.mark.skipif(shutil.which("ruby") is None, reason="needs ruby (scripts/setup.sh --test installs it)")
+def test_rubycalls_counts_exactly_the_calls_of_a_ruby_method():
+    """rubycalls (`$lib/ucalls -l ruby`) on libruby's USDT probes (method__entry, raised by a
+    semaphore): a Ruby child calls a method of its own exactly 37 times while it traces. Ruby
+    fires method__entry only while a TracePoint is on (its DTrace docs say to enable one)."""
+    out, err = trace_on_cue("rubycalls", ["ruby", "-e", "TracePoint.new(:call, :return) {}.enable\n"
+                                          "def ekt_marker; end\n$stdout.sync = true\nputs 'ready'\n$stdin.gets\n"
+                                          "37.times { ekt_marker }\nputs 'done'\n$stdin.gets\n"], "Tracing calls")
     # ucalls keys its table by the 80 bytes after each name's address, read whole (as in BCC):
     # a name Ruby builds afresh for each call can leave different bytes after its end, and the
     # method then has several rows; together they count every call
