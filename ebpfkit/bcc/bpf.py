@@ -115,6 +115,7 @@ class BPF:
                 (self.attach_kretprobe if probe.kind == "kretprobe" else self.attach_kprobe)(
                     event=probe.target, fn_name=probe.name)
             elif probe.kind in ("fentry", "fexit", "lsm"):  # typed: the section decides
+                _require_hook(probe.kind, probe.name)
                 prog = self.load_func(probe.name, None)
                 link = prog.attach_lsm() if probe.kind == "lsm" else prog.attach_trace()
                 self._links[(probe.kind, probe.target, probe.name)] = link
@@ -414,6 +415,16 @@ def _have_kprobes() -> bool:
     from ..engine import features
 
     return features.probe("kprobe").status != features.UNSUPPORTED
+
+
+def _require_hook(kind: str, fn_name: str) -> None:
+    """fentry, fexit or lsm: NotSupportedError (exit 3) naming it where the kernel has none."""
+    from ..engine import features
+
+    found = features.probe(kind)
+    if found.status == features.UNSUPPORTED:
+        raise NotSupportedError(kind, f"{fn_name}: this kernel has no {kind} programs ({found.reason})",
+                                hint="BCC's tools choose kprobes where BPF.support_kfunc() is false")
 
 
 def _require_kprobes(fn_name: str, why_no_stand_in: str = "") -> None:

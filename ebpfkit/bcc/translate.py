@@ -33,7 +33,7 @@ INCLUDE_DIR = os.path.join(os.path.dirname(__file__), "include")
 # unsaved (in-memory) files, in a directory that need not exist
 VIRTUAL_DIR = "/ebpfkit-bcc"
 MAIN_FILE, PROGRAM_FILE = f"{VIRTUAL_DIR}/main.c", f"{VIRTUAL_DIR}/bcc_program.c"
-VERSION = 14  # of the translation: part of the cache key
+VERSION = 15  # of the translation: part of the cache key
 
 _HEADERS = """\
 #include "ek_kconfig.h"
@@ -267,11 +267,12 @@ class _Walker:
         from clang.cindex import StorageClass
 
         name = fn.spelling
-        if fn.storage_class == StorageClass.STATIC or name in self.called:
-            return  # a helper the programs call
-        kind, target = _named_probe(name)
         start = fn.extent.start.offset
         declared_by_macro = self.text.startswith(_PROBE_MACROS, start)
+        # BPF_PROG's own prototype names its function in a typeof(name(0)): not a call
+        if fn.storage_class == StorageClass.STATIC or (name in self.called and not declared_by_macro):
+            return  # a helper the programs call
+        kind, target = _named_probe(name)
         self.probes[name] = Probe(name, kind, target)
         if declared_by_macro:
             return

@@ -71,6 +71,32 @@ def test_a_kprobe_and_kretprobe_pair_counts_exactly_the_opens_made(engine, tmp_p
     assert counts == [OPENED + MISSED, OPENED]
 
 
+# the same count by fexit: KRETFUNC_PROBE's typed arguments and return value
+OPENS_BY_FEXIT = r"""
+#include <linux/fs.h>
+
+BPF_ARRAY(counts, u64, 2);
+
+KRETFUNC_PROBE(do_sys_openat2, int dfd, const char __user *filename, struct open_how *how, long ret)
+{
+    if ((bpf_get_current_pid_tgid() >> 32) != TARGET_PID || !(how->flags & O_NOCTTY))
+        return 0;
+    counts.atomic_increment(0);
+    if (ret >= 0)
+        counts.atomic_increment(1);
+    return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("engine", ["ebpfkit", "bcc"])
+def test_a_kretfunc_probe_counts_exactly_the_opens_made(engine, tmp_path):
+    with BPF(text=OPENS_BY_FEXIT, cflags=[f"-DTARGET_PID={os.getpid()}"], engine=engine) as b:
+        open_marked(tmp_path)
+        counts = [b["counts"][i].value for i in range(2)]
+    assert counts == [OPENED + MISSED, OPENED]
+
+
 def test_bccs_opensnoop_shows_the_file_a_process_opens(tmp_path):
     """BCC's own opensnoop, unmodified: on 6.1 it takes its kfunc path (fexit on the syscalls'
     wrappers, reading their pt_regs under CONFIG_ARCH_HAS_SYSCALL_WRAPPER)."""

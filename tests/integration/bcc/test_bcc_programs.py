@@ -413,3 +413,10 @@ def test_without_kprobes_what_no_tracepoint_can_stand_in_for_says_so():
                                                     r"the end of what syscalls:sys_enter_getpid records"):
             b.attach_kprobe(event=b.get_syscall_fnname("getpid"), fn_name="reads_registers")
         assert b.num_open_kprobes() == 0
+
+
+@pytest.mark.skipif(BPF.support_kfunc(), reason="what a kernel without fentry says (the host's: it has none)")
+def test_a_kfunc_probe_where_there_is_no_fentry_says_so():
+    with pytest.raises(NotSupportedError, match="kfunc__do_sys_openat2: this kernel has no fentry programs") as e:
+        BPF(text="KFUNC_PROBE(do_sys_openat2, int dfd) { return 0; }")
+    assert e.value.exit_code == 3
