@@ -266,3 +266,15 @@ def test_opensnoop_shows_each_open_of_a_file_with_its_result(tmp_path):
     opened = re.findall(rf"^{os.getpid()}\s+\S+\s+(\d+)\s+0\s+{re.escape(str(present))}$", out, re.M)
     failed = re.findall(rf"^{os.getpid()}\s+\S+\s+-1\s+2\s+{re.escape(str(absent))}$", out, re.M)
     assert len(opened) == 3 and len(failed) == 1, out + err
+
+
+@pytest.mark.skipif(os.path.exists(f"/lib/modules/{os.uname().release}/build"), reason="this kernel has its headers")
+def test_bccs_own_engine_without_this_kernels_headers_says_what_is_missing():
+    """`--engine bcc` runs the tool through BCC itself, which needs this kernel's headers: the
+    host has none (the 6.1 VM has, and runs programs through it: tests/vm/test_bcc_vm.py)."""
+    env = {k: v for k, v in os.environ.items() if k != "BCC_KERNEL_SOURCE"}
+    out = subprocess.run([*EBPFKIT, "bcc", "run", "--engine", "bcc", "exitsnoop"], capture_output=True, text=True,
+                         timeout=60, env=env)
+    assert out.returncode == 3, out.stderr
+    assert f"engine='bcc' needs this kernel's headers, which BCC compiles against: none at /lib/modules/" \
+           f"{os.uname().release}/build" in out.stderr and "Traceback" not in out.stderr
