@@ -269,6 +269,11 @@
 #define S_ISBLK(m) (((m) & S_IFMT) == S_IFBLK)
 #define FMODE_CREATED 0x100000 /* the open created the file (fs.h: 1 << 20 since 4.19) */
 #define SCM_RIGHTS 0x01
+/* security_capable()'s options (linux/security.h, since 5.1, which every kernel with BTF is):
+ * capable tests CAP_OPT_NONE to read its last argument as these bits, not as 4.x's audit flag */
+#define CAP_OPT_NONE 0x0
+#define CAP_OPT_NOAUDIT (1 << 1)
+#define CAP_OPT_INSETID (1 << 2)
 /* open(2)'s flags (asm-generic/fcntl.h: x86 and arm64 share them) */
 #define O_ACCMODE 00000003
 #define O_RDONLY 00000000
