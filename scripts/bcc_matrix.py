@@ -92,7 +92,7 @@ EVIDENCE = {
     "biolatency": r"\d+ -> \d+\s+: [1-9]", "runqlat": r"\d+ -> \d+\s+: [1-9]", "biosnoop": "{pid}",
     "tcpretrans": "", "ext4slower": "{mark}", "cachestat": r"\d", "profile": "python", "offcputime": "python",
     # and of others whose workload the matrix makes
-    "bashreadline": "{mark}", "sslsniff": "{mark}", "mountsnoop": "{mark}", "bpflist": r"\b{pid}\b", "ttysnoop": "{mark}",
+    "bashreadline": "{mark}", "deadlock": "Potential Deadlock Detected", "sslsniff": "{mark}", "mountsnoop": "{mark}", "bpflist": r"\b{pid}\b", "ttysnoop": "{mark}",
     # the language tools: the workload's own function and allocations, a collection's line
     "javacalls": "ekMarker", "javaflow": "ekMarker", "javaobjnew": r"\[I",
     "javagc": r"(?m)^\d+\.\d+\s+\d", "pythoncalls": "ekmatrix_call", "pythonflow": "ekmatrix_call",
@@ -124,6 +124,12 @@ tls_srv.bind(("127.0.0.1", port + 1)); tls_srv.listen(8)
 server_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); server_tls.load_cert_chain(cert)
 def ekmatrix_call():
     return None
+# two mutexes taken in both orders by two threads, one after the other (deadlock: an inversion
+# that could deadlock, never one that does); zeroed memory is PTHREAD_MUTEX_INITIALIZER
+mutexes = [ctypes.create_string_buffer(64), ctypes.create_string_buffer(64)]
+def lock_in_order(first, second):
+    libc.pthread_mutex_lock(first); libc.pthread_mutex_lock(second)
+    libc.pthread_mutex_unlock(second); libc.pthread_mutex_unlock(first)
 def tls_echo():  # an HTTPS server for curl (OpenSSL's SSL_write/SSL_read, which sslsniff probes)
     while True:
         conn, _ = tls_srv.accept()
@@ -144,6 +150,8 @@ while time.time() < end:
     socket.getaddrinfo("localhost", port)
     threading.Thread(target=time.sleep, args=(0.01,), name=mark[:15]).start()
     ekmatrix_call()  # a function of its own for the Python language tools
+    for pair in (mutexes, mutexes[::-1]):
+        locker = threading.Thread(target=lock_in_order, args=pair); locker.start(); locker.join()
     victim = subprocess.Popen(["sleep", "100"]); victim.kill(); victim.wait()  # a kill (killsnoop)
     os.setpriority(os.PRIO_PROCESS, 0, -1); os.setpriority(os.PRIO_PROCESS, 0, 0)  # CAP_SYS_NICE (capable)
     shm = libc.shmget(0, 4096, 0o1600); libc.shmctl(shm, 0, None)  # System V shared memory (shmsnoop)
@@ -273,6 +281,8 @@ def make_certificate(directory: str) -> str:
     return pem
 
 
+# tools that end with this status once they found what they look for (deadlock: a cycle)
+FOUND_EXIT = {"deadlock": 1}
 # tools that draw on a terminal (curses): run on a pseudo-terminal of their own
 TERMINAL_TOOLS = {"cachetop"}
 
@@ -370,7 +380,7 @@ def run_tool(name: str, engine: str, seconds: float, startup: float) -> dict:
            "reason": ""}
     if "Traceback" in err:
         row.update(status="traceback", reason=_last_line(err))
-    elif ended_itself and returncode != 0:
+    elif ended_itself and returncode != 0 and returncode != FOUND_EXIT.get(name):
         row.update(status="fail", reason=_last_line(err) or _last_line(out) or f"exit {returncode}")
     else:
         wanted = EVIDENCE.get(name)

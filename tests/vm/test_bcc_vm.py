@@ -6,6 +6,7 @@ some of a file that exists, some of one that does not."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -97,24 +98,21 @@ def test_a_kretfunc_probe_counts_exactly_the_opens_made(engine, tmp_path):
     assert counts == [OPENED + MISSED, OPENED]
 
 
-def test_bccs_opensnoop_shows_the_file_a_process_opens(tmp_path):
-    """BCC's own opensnoop, unmodified: on 6.1 it takes its kfunc path (fexit on the syscalls'
-    wrappers, reading their pt_regs under CONFIG_ARCH_HAS_SYSCALL_WRAPPER)."""
-    marked = tmp_path / f"ekvm{os.getpid()}.dat"
-    marked.write_text("x")
-    proc = subprocess.Popen([sys.executable, "-m", "ebpfkit", "bcc", "run", "opensnoop"], stdout=subprocess.PIPE,
+def run_tool_while(argv: list, header: str, act) -> tuple[list[str], str]:
+    """``ebpfkit bcc run ARGV``: once its header is out (a compile under emulation first), ``act()``,
+    then Ctrl-C; its output lines and its stderr."""
+    proc = subprocess.Popen([sys.executable, "-m", "ebpfkit", "bcc", "run", *argv], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
     reader.start()
     try:
-        end = time.monotonic() + 240  # translated and compiled under emulation first
-        while not any("PATH" in line for line in lines) and proc.poll() is None and time.monotonic() < end:
+        end = time.monotonic() + 240
+        while not any(header in line for line in lines) and proc.poll() is None and time.monotonic() < end:
             time.sleep(0.5)
-        assert any("PATH" in line for line in lines), (lines, proc.poll())
+        assert any(header in line for line in lines), (lines, proc.poll())
         time.sleep(1.0)  # its perf buffer is opened after the header (BCC's order too)
-        for _ in range(3):
-            marked.read_text()
+        act()
         time.sleep(2.0)
     finally:
         proc.send_signal(signal.SIGINT)
@@ -124,5 +122,30 @@ def test_bccs_opensnoop_shows_the_file_a_process_opens(tmp_path):
             proc.kill()
             _, err = proc.communicate()
         reader.join(timeout=10)
+    return lines, err
+
+
+def test_bccs_capable_shows_the_capability_a_process_checks():
+    """capable (a kprobe on cap_capable): a child lowering its nice value is checked for
+    CAP_SYS_NICE (23), audited; capable reads cap_opt's bits since 5.1 (CAP_OPT_NONE defined)."""
+    def act():
+        subprocess.run([sys.executable, "-c", "import os; os.setpriority(os.PRIO_PROCESS, 0, -3)"], check=True)
+
+    lines, err = run_tool_while(["capable"], "CAP", act)
+    nice = [line for line in lines if re.search(r"\b23\s+CAP_SYS_NICE\s+1\b", line)]
+    assert nice, "".join(lines[-40:]) + err
+
+
+def test_bccs_opensnoop_shows_the_file_a_process_opens(tmp_path):
+    """BCC's own opensnoop, unmodified: on 6.1 it takes its kfunc path (fexit on the syscalls'
+    wrappers, reading their pt_regs under CONFIG_ARCH_HAS_SYSCALL_WRAPPER)."""
+    marked = tmp_path / f"ekvm{os.getpid()}.dat"
+    marked.write_text("x")
+
+    def act():
+        for _ in range(3):
+            marked.read_text()
+
+    lines, err = run_tool_while(["opensnoop"], "PATH", act)
     seen = [line for line in lines if str(marked) in line]
     assert len(seen) >= 3 and all(f" {os.getpid()} " in f" {line} " for line in seen), "".join(lines[-40:]) + err
