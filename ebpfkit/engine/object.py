@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
+import re
 import signal
 import threading
 
@@ -495,6 +496,12 @@ def _load_error(spec: ObjectSpec, err: int, log_mem: mmap.mmap, messages: list[s
                                        f"(SEC \"{prog.section if prog else '?'}\"): EPERM",
                                  hint="this program type may be locked on this kernel: lockdown (boot with "
                                       "lockdown=none or integrity), or BPF trampolines disabled")
+    missing = next((m.group(1) for line in messages
+                    if (m := re.search(r"failed to find kernel BTF type ID of '([^']+)'", line))), None)
+    if missing:  # the kernel has BTF, but no such function in it (inlined, static, renamed)
+        return NotSupportedError("kernel_btf", f"{spec.name}: {missing} is not a function in this kernel's BTF "
+                                               "(inlined, renamed or not traceable here): no fentry, fexit or "
+                                               "LSM program can attach to it")
     if any("vmlinux BTF" in line or "kernel BTF" in line for line in messages):
         return _kernel_btf_missing(spec)
     if any("CO-RE relocat" in line or "failed to resolve" in line for line in messages):

@@ -117,6 +117,20 @@ def test_a_raw_tracepoint_program_reading_past_its_arguments_is_refused_with_the
             obj.attach()
 
 
+def test_an_fentry_on_a_function_the_kernels_btf_lacks_names_it():
+    """libbpf looks the function up in the kernel's BTF before any load: one that is not there
+    (inlined, renamed) is named as such, not reported as BTF missing."""
+    spec = compile_c("""
+        SEC("fentry/ebpfkit_no_such_function")
+        int BPF_PROG(on_nothing)
+        {
+            return 0;
+        }
+    """)
+    with pytest.raises(NotSupportedError, match="ebpfkit_no_such_function is not a function in this kernel's BTF"):
+        spec.load()
+
+
 def test_tp_btf_counts_forks_and_execs_of_our_children():
     spec = compile_c("""
         const volatile int targ_tgid = 0;
