@@ -33,7 +33,7 @@ INCLUDE_DIR = os.path.join(os.path.dirname(__file__), "include")
 # unsaved (in-memory) files, in a directory that need not exist
 VIRTUAL_DIR = "/ebpfkit-bcc"
 MAIN_FILE, PROGRAM_FILE = f"{VIRTUAL_DIR}/main.c", f"{VIRTUAL_DIR}/bcc_program.c"
-VERSION = 16  # of the translation: part of the cache key
+VERSION = 17  # of the translation: part of the cache key
 
 _HEADERS = """\
 #include "ek_kconfig.h"
@@ -419,20 +419,27 @@ class _Walker:
         # prefix of it, as BCC's tools declare) has no type in the kernel to relocate against
         core = _kernel_struct(links[first][2].type)
         read = "BPF_CORE_READ" if core else "BPF_PROBE_READ"
+        # a base reached through the program's own memory (valp->fp, a map value's member) is
+        # read first, plainly: inside the relocated address it would be relocated too, against
+        # a struct the kernel does not have
+        hoisted = not re.fullmatch(r"\s*\w+\s*", src)
+        base = "__ek_base" if hoisted else src
         if taken or array:  # an address: no read of the last member
             # the struct holding the last member is read first, into a local: clang refuses a
             # CO-RE read nested in the relocated address of another
-            owner = f"{read}({src}, {', '.join(accessors[:-1])})" if len(accessors) > 1 else f"({src})"
+            owner = f"{read}({base}, {', '.join(accessors[:-1])})" if len(accessors) > 1 else f"({base})"
             address = f"&__ek_owner->{accessors[-1]}"
             if core:
                 address = f"__builtin_preserve_access_index({address})"
             if not taken:  # as the array would decay: a pointer to its first element
                 address = f"(typeof(&__ek_owner->{accessors[-1]}[0])){address}"
-            new = f"({{ __auto_type __ek_owner = {owner}; {address}; }})"
+            new = f"({{ {_hoist(src) if hoisted else ''}__auto_type __ek_owner = {owner}; {address}; }})"
             if taken:  # the program's own & stays in front: give it an lvalue
                 new = f"(*{new})"
         else:
-            new = f"{read}({src}, {', '.join(accessors)})"
+            new = f"{read}({base}, {', '.join(accessors)})"
+            if hoisted:
+                new = f"({{ {_hoist(src)}{new}; }})"
         self.edits.append((node.extent.start.offset, top.extent.end.offset, new))
         return True
 
@@ -653,6 +660,11 @@ def _kernel_struct(t) -> bool:
     """A pointer to a struct the kernel's BTF has (declared in vmlinux.h)."""
     loc = t.get_canonical().get_pointee().get_canonical().get_declaration().location
     return loc.file is not None and loc.file.name.endswith("vmlinux.h")
+
+
+def _hoist(src: str) -> str:
+    """A declaration of ``__ek_base``: the chain's base, read before its CO-RE read."""
+    return f"__auto_type __ek_base = ({src}); "
 
 
 def _named_probe(name: str) -> tuple[str | None, str | None]:

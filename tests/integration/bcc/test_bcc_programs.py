@@ -420,3 +420,38 @@ def test_a_kfunc_probe_where_there_is_no_fentry_says_so():
     with pytest.raises(NotSupportedError, match="kfunc__do_sys_openat2: this kernel has no fentry programs") as e:
         BPF(text="KFUNC_PROBE(do_sys_openat2, int dfd) { return 0; }")
     assert e.value.exit_code == 3
+
+
+KERNEL_POINTER_IN_A_MAP_VALUE = r"""
+#include <linux/sched.h>
+
+struct held_t { u64 seen; struct task_struct *task; };
+BPF_HASH(held, u32, struct held_t);
+BPF_ARRAY(parent, u32, 1);
+
+TRACEPOINT_PROBE(syscalls, sys_enter_getppid) {
+    u32 pid = bpf_get_current_pid_tgid() >> 32;
+    if (pid != TARGET_PID)
+        return 0;
+    struct held_t fresh = {.task = (struct task_struct *)bpf_get_current_task()};
+    struct held_t *h = held.lookup_or_try_init(&pid, &fresh);
+    if (!h)
+        return 0;
+    h->seen++;
+    int zero = 0;
+    u32 tgid = h->task->real_parent->tgid;  /* ext4slower's valp->fp->f_path.dentry */
+    parent.update(&zero, &tgid);
+    return 0;
+}
+"""
+
+
+def test_a_kernel_pointer_kept_in_a_map_value_is_read_through():
+    """The chain starts in the program's own memory (a map value's member) and goes on through
+    kernel pointers: only the kernel part is a CO-RE read (the program's struct is not the
+    kernel's, and a relocation against it would fail to load)."""
+    with BPF(text=KERNEL_POINTER_IN_A_MAP_VALUE, cflags=[f"-DTARGET_PID={os.getpid()}"]) as b:
+        for _ in range(3):
+            ppid = os.getppid()
+        assert b["held"][os.getpid()].seen == 3
+        assert b["parent"][0].value == ppid
