@@ -455,3 +455,28 @@ def test_a_kernel_pointer_kept_in_a_map_value_is_read_through():
             ppid = os.getppid()
         assert b["held"][os.getpid()].seen == 3
         assert b["parent"][0].value == ppid
+
+
+LITERAL_COPY = r"""
+typedef struct dist_key { char op[16]; u64 slot; } dist_key_t;
+BPF_HISTOGRAM(dist, dist_key_t);
+
+static __attribute__((noinline)) int count(const char *op)
+{
+    dist_key_t key = {.slot = 1};
+    __builtin_memcpy(&key.op, op, sizeof(key.op));  /* ext4dist's: 16 bytes from a shorter literal */
+    dist.atomic_increment(key);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_getppid) { if ((bpf_get_current_pid_tgid() >> 32) == TARGET_PID) count("read"); return 0; }
+TRACEPOINT_PROBE(syscalls, sys_enter_getpgid) { if ((bpf_get_current_pid_tgid() >> 32) == TARGET_PID) count("fsync"); return 0; }
+"""
+
+
+def test_a_fixed_size_copy_from_the_last_string_literal_stays_in_bounds():
+    with BPF(text=LITERAL_COPY, cflags=[f"-DTARGET_PID={os.getpid()}"]) as b:
+        for _ in range(2):
+            os.getppid()
+        os.getpgid(0)
+        assert {k.op: v.value for k, v in b["dist"].items()} == {b"read": 2, b"fsync": 1}
