@@ -36,6 +36,7 @@ _EXPORTS = {
     "run_cli": "errors",
     "Failure": "errors",
     "forward_output": "passthrough",
+    "line_buffered_stdout": "passthrough",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
     from .core import Output  # noqa: F401
     from .errors import Failure, describe_error, invoke_cli, report_failure, run_cli  # noqa: F401
     from .logs import get_logger, log_event, setup_logging  # noqa: F401
-    from .passthrough import forward_output  # noqa: F401
+    from .passthrough import forward_output, line_buffered_stdout  # noqa: F401
     from .rotating import RotatingLines  # noqa: F401
     from .options import global_options, install_settings, tool_options  # noqa: F401
     from .settings import FORMATS, OutputSettings  # noqa: F401

@@ -13,3 +13,9 @@ def forward_output(stream: str, data: bytes) -> None:
     target.flush()  # keep the order with what was written through the text layer
     target.buffer.write(data)
     target.buffer.flush()
+
+
+def line_buffered_stdout() -> None:
+    """Each line written to stdout goes out as it is printed, into a pipe too (another
+    program's prints, `| grep`): Python would hold a pipe's output until 8 KiB gathered."""
+    sys.stdout.reconfigure(line_buffering=True)

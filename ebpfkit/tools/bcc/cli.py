@@ -37,6 +37,7 @@ def run(engine, script, args):
     import sys
 
     from ...bcc import install_as_bcc, native
+    from ...output import line_buffered_stdout
 
     path = find_script(script)
     with open(path, "rb") as f:
@@ -45,9 +46,7 @@ def run(engine, script, args):
         path, args = unwrap(path, first, args)
     (native.install_as_bcc if engine == "bcc" else install_as_bcc)()
     sys.argv = [path, *args]
-    # each line as the tool prints it, into a pipe too (`| grep`, a test reading the header):
-    # Python would hold a pipe's output until 8 KiB had gathered
-    sys.stdout.reconfigure(line_buffering=True)
+    line_buffered_stdout()  # a tool's lines reach `| grep` (or a test reading its header) as printed
     with open(path, encoding="utf-8", errors="surrogateescape") as f:
         source = with_tracefs_here(f.read())
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))  # as `python3 SCRIPT` would
