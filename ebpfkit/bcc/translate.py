@@ -33,7 +33,7 @@ INCLUDE_DIR = os.path.join(os.path.dirname(__file__), "include")
 # unsaved (in-memory) files, in a directory that need not exist
 VIRTUAL_DIR = "/ebpfkit-bcc"
 MAIN_FILE, PROGRAM_FILE = f"{VIRTUAL_DIR}/main.c", f"{VIRTUAL_DIR}/bcc_program.c"
-VERSION = 18  # of the translation: part of the cache key
+VERSION = 19  # of the translation: part of the cache key
 
 _HEADERS = """\
 #include "ek_kconfig.h"
@@ -85,14 +85,15 @@ _KERNEL_HEADER_DIRS = ("linux/", "net/", "uapi/", "asm/", "trace/", "bcc/", "scs
 
 @functools.lru_cache(maxsize=1)
 def kconfig_dir() -> str:
-    """A directory holding ek_kconfig.h: this kernel's CONFIG_* options, as the autoconf.h of
-    its headers defines them for BCC's programs (``#if defined(CONFIG_ARCH_HAS_SYSCALL_WRAPPER)``
-    decides how opensnoop reads a syscall's arguments)."""
+    """A directory holding ek_kconfig.h: this kernel's CONFIG_* options and LINUX_VERSION_CODE,
+    as its headers' autoconf.h and version.h define them for BCC's programs: opensnoop reads a
+    syscall wrapper's pt_regs under CONFIG_ARCH_HAS_SYSCALL_WRAPPER, ttysnoop picks tty_write's
+    arguments by LINUX_VERSION_CODE."""
     from ..engine import cache
-    from ..sysinfo.kconfig import as_c_defines, config_path, kernel_config
+    from ..sysinfo.kconfig import as_c_defines, config_path, kernel_config, version_code
 
-    text = (f"/* ebpfkit.bcc: the kernel's configuration ({config_path() or 'not found'}) */\n#pragma once\n"
-            + as_c_defines(kernel_config()))
+    text = (f"/* ebpfkit.bcc: the kernel's configuration ({config_path() or 'not found'}) and version */\n"
+            f"#pragma once\n#define LINUX_VERSION_CODE {version_code()}\n" + as_c_defines(kernel_config()))
     root = cache.subdir(os.path.join("bcc", "kconfig", cache.digest(text)[:20]))
     path = os.path.join(root, "ek_kconfig.h")
     if not os.path.exists(path):

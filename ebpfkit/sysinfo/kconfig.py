@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 
 
 def config_path(release: str | None = None) -> str | None:
@@ -49,3 +50,25 @@ def as_c_defines(options: dict[str, str]) -> str:
         elif value != "n":
             lines.append(f"#define {name} {value}")
     return "\n".join(lines) + "\n"
+
+
+def version_code(release: str | None = None, proc_version: str | None = None) -> int:
+    """The running kernel's LINUX_VERSION_CODE ((major << 16) + (minor << 8) + patch, the patch
+    capped at 255), as its headers' version.h gives it: from the release name, except where
+    that hides the upstream sublevel (Debian's 6.1.0-56-amd64 is 6.1.158: /proc/version says)."""
+    running = os.uname().release
+    release = release or running
+    if proc_version is None and release == running:
+        try:
+            with open("/proc/version") as f:
+                proc_version = f.read()
+        except OSError:
+            pass
+    numbers = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", release)
+    if not numbers:
+        return 0
+    major, minor, patch = int(numbers[1]), int(numbers[2]), int(numbers[3] or 0)
+    debian = re.search(rf"Debian {major}\.{minor}\.(\d+)", proc_version or "")
+    if debian:
+        patch = int(debian[1])
+    return (major << 16) + (minor << 8) + min(patch, 255)

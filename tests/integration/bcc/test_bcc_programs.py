@@ -480,3 +480,26 @@ def test_a_fixed_size_copy_from_the_last_string_literal_stays_in_bounds():
             os.getppid()
         os.getpgid(0)
         assert {k.op: v.value for k, v in b["dist"].items()} == {b"read": 2, b"fsync": 1}
+
+
+def test_a_program_sees_the_kernels_version_and_configuration():
+    """BCC's tools choose code by LINUX_VERSION_CODE (ttysnoop: tty_write's arguments) and
+    CONFIG_* options (opensnoop), which their headers defined and BTF does not carry."""
+    from ebpfkit.sysinfo.kconfig import version_code
+
+    text = """
+    BPF_ARRAY(facts, u64, 2);
+    TRACEPOINT_PROBE(syscalls, sys_enter_getppid) {
+        int version = 0, bpf_syscall = 1;
+        u64 code = LINUX_VERSION_CODE;
+    #if LINUX_VERSION_CODE >= KERNEL_VERSION(5, 0, 0) && defined(CONFIG_BPF_SYSCALL)
+        u64 yes = 1;
+        facts.update(&bpf_syscall, &yes);
+    #endif
+        facts.update(&version, &code);
+        return 0;
+    }
+    """
+    with BPF(text=text) as b:
+        os.getppid()
+        assert [b["facts"][i].value for i in range(2)] == [version_code(), 1]

@@ -26,3 +26,12 @@ def test_options_become_autoconf_defines():
                                  "CONFIG_NAME": '"debian"', "CONFIG_OFF": "n"})
     assert text.splitlines() == ["#define CONFIG_A 1", "#define CONFIG_B_MODULE 1", "#define CONFIG_HZ 250",
                                  '#define CONFIG_NAME "debian"']
+
+
+def test_the_version_code_is_the_upstream_one():
+    debian = "Linux version 6.1.0-56-amd64 (debian-kernel@lists.debian.org) #1 SMP Debian 6.1.158-1 (2025-11-09)"
+    assert kconfig.version_code("6.1.0-56-amd64", debian) == (6 << 16) + (1 << 8) + 158
+    assert kconfig.version_code("6.18.44-fc-v595", "Linux version 6.18.44-fc-v595 #1 SMP") == (6 << 16) + (18 << 8) + 44
+    assert kconfig.version_code("5.10.300", "") == (5 << 16) + (10 << 8) + 255  # as version.h caps it
+    major, minor = (int(x) for x in os.uname().release.split(".")[:2])
+    assert kconfig.version_code() >> 8 == (major << 8) + minor
