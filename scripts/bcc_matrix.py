@@ -405,6 +405,7 @@ NEEDS = (
     ("a runtime or server built with its USDT probes", r"USDT probe '[^']*' is not in process"),
     ("a module not loaded here (xfs, zfs, nfs, md)", r"\b(xfs|zpl|zfs|nfs|md)_\w+ does not exist"),
     ("an OOM kill, which the matrix does not provoke", r"^oomkill$"),
+    ("direct reclaim (memory pressure), which the matrix does not provoke", r"^drsnoop$"),
     ("kernel symbols of data (CONFIG_KALLSYMS_ALL)", r"CONFIG_KALLSYMS_ALL"),
     # BCC 0.26's statsnoop reads its kprobe's registers as the syscall's arguments: on kernels
     # whose syscalls go through wrappers (x86-64 since 4.17) those are the wrapper's, so no path
