@@ -281,6 +281,23 @@ def make_certificate(directory: str) -> str:
     return pem
 
 
+def holds_attachment(pid: int) -> bool:
+    """Whether process ``pid`` holds a BPF link or a perf event (a kprobe, uprobe, tracepoint
+    or sampling event a program is attached to)."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if "bpf_link" in target or "perf_event" in target:
+            return True
+    return False
+
+
 # tools that end with this status once they found what they look for (deadlock: a cycle)
 FOUND_EXIT = {"deadlock": 1}
 # tools that draw on a terminal (curses): run on a pseudo-terminal of their own
@@ -319,6 +336,11 @@ def run_interrupted(argv: list, seconds: float, startup: float,
     deadline = time.monotonic() + startup
     while not streams["out"] and tool.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
+    # some tools print their header before they compile (profile): until a second line, also
+    # wait for it to hold a BPF link or perf event, i.e. to be attached
+    while (len(streams["out"]) < 2 and not holds_attachment(tool.pid) and tool.poll() is None
+           and time.monotonic() < deadline):
+        time.sleep(0.2)
     try:
         status = tool.wait(timeout=seconds)
     except subprocess.TimeoutExpired:
