@@ -33,7 +33,7 @@ INCLUDE_DIR = os.path.join(os.path.dirname(__file__), "include")
 # unsaved (in-memory) files, in a directory that need not exist
 VIRTUAL_DIR = "/ebpfkit-bcc"
 MAIN_FILE, PROGRAM_FILE = f"{VIRTUAL_DIR}/main.c", f"{VIRTUAL_DIR}/bcc_program.c"
-VERSION = 19  # of the translation: part of the cache key
+VERSION = 20  # of the translation: part of the cache key
 
 _HEADERS = """\
 #include "ek_kconfig.h"

@@ -269,6 +269,11 @@
 #define S_ISBLK(m) (((m) & S_IFMT) == S_IFBLK)
 #define FMODE_CREATED 0x100000 /* the open created the file (fs.h: 1 << 20 since 4.19) */
 #define SCM_RIGHTS 0x01
+/* a transfer's direction (linux/kernel.h): ttysnoop compares iov_iter's data_source with WRITE */
+#ifndef READ
+#define READ 0
+#define WRITE 1
+#endif
 /* security_capable()'s options (linux/security.h, since 5.1, which every kernel with BTF is):
  * capable tests CAP_OPT_NONE to read its last argument as these bits, not as 4.x's audit flag */
 #define CAP_OPT_NONE 0x0
