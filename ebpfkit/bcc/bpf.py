@@ -71,8 +71,8 @@ class BPF:
         from .translate import INCLUDE_DIR, kconfig_dir, stub_dir
 
         spec = engine.compile(text=self._translation.source, name=f"{self._name}.bcc.bpf.c",
-                              cflags=[f"-I{INCLUDE_DIR}", f"-I{stub_dir(self._translation.stubs)}", f"-I{kconfig_dir()}",
-                                      *self._cflags, *variant])
+                              cflags=[f"-I{INCLUDE_DIR}", f"-I{stub_dir(self._translation.stubs)}",
+                                      f"-I{kconfig_dir()}", *self._cflags, *variant])
         path = spec.path
         spec.close()
         return path
