@@ -192,9 +192,11 @@ def test_session_on_and_off_cpu_sum_to_the_kernels_account():
     assert on_cpu.label.startswith(f"tid = {truth.tid} "), on_cpu.label
     missed = truth.switched_in - on_cpu.total
     assert 0 <= missed <= MISSED, (on_cpu, truth)
-    # the sum is schedstat's but for the stretches missed (schedstat's clock runs a little ahead)
+    # the sum is schedstat's but for the stretches missed (schedstat's clock runs a little
+    # ahead); and schedstat runs on the task clock, which leaves out what the hypervisor stole
+    # (PARAVIRT_TIME_ACCOUNTING, as here): CI once saw the switches' clock 3% over it
     assert truth.on_cpu_ns - missed * (BUSY + 0.001) * 1e9 - 0.02 * truth.on_cpu_ns - 1e6 \
-        <= on_cpu.sum * 1000 <= truth.on_cpu_ns + 1e6, (on_cpu.sum, truth)
+        <= on_cpu.sum * 1000 <= 1.05 * truth.on_cpu_ns + 1e6, (on_cpu.sum, truth)
     assert off_cpu.label is None
     sleeps_us = off_cpu.sum
     # the bound takes the session's own time on CPU: it and elapsed_ns are CLOCK_MONOTONIC, as
