@@ -203,25 +203,20 @@ class BPF:
         self._detach("kretprobe", _text(event), fn_name)
 
     def attach_uprobe(self, name=b"", sym=b"", fn_name=b"", addr=None, sym_off=0, pid=-1, sym_re=b""):
-        if sym_re:  # every function matching, as BCC
-            for _, at in self._matching(name, sym_re):
-                self._attach_uprobe("uprobe", name, b"", fn_name, at, 0, pid)
-            return
-        self._attach_uprobe("uprobe", name, sym, fn_name, addr, sym_off, pid)
+        self._attach_uprobes("uprobe", name, sym, sym_re, fn_name, addr, sym_off, pid)
 
     def attach_uretprobe(self, name=b"", sym=b"", fn_name=b"", addr=None, pid=-1, sym_re=b""):
-        if sym_re:
-            for _, at in self._matching(name, sym_re):
-                self._attach_uprobe("uretprobe", name, b"", fn_name, at, 0, pid)
-            return
-        self._attach_uprobe("uretprobe", name, sym, fn_name, addr, 0, pid)
+        self._attach_uprobes("uretprobe", name, sym, sym_re, fn_name, addr, 0, pid)
 
-    @staticmethod
-    def _matching(name, sym_re) -> list:
+    def _attach_uprobes(self, kind, name, sym, sym_re, fn_name, addr, sym_off, pid) -> None:
+        """One symbol or address, or (``sym_re``) every function the pattern matches, as BCC."""
+        if not sym_re:
+            return self._attach_uprobe(kind, name, sym, fn_name, addr, sym_off, pid)
         found = facts.get_user_functions_and_addresses(name, sym_re)
         if not found:
             raise EbpfkitError(f"no function of {_text(name)} matches '{_text(sym_re)}'")
-        return found
+        for _, at in found:
+            self._attach_uprobe(kind, name, b"", fn_name, at, 0, pid)
 
     def _attach_uprobe(self, kind, name, sym, fn_name, addr, sym_off, pid) -> None:
         from ..engine.symbols import elf_symbols
