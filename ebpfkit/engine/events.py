@@ -350,7 +350,12 @@ class PerfBuffer(EventReader):
         return self._lost
 
     def _native_poll(self, timeout_ms):
-        # libbpf reads every ready CPU buffer to the end; records past a stop go to _pending
+        # libbpf reads every ready CPU buffer to the end; records past a stop go to _pending.
+        # Consume first: a perf event's readiness is cleared by whoever polls it, so after a
+        # select() on fileno() said readable, epoll would see nothing until the next record.
+        ret = L.lib.perf_buffer__consume(self._ptr)
+        if ret < 0 or self._got or self._error is not None:
+            return ret
         return L.lib.perf_buffer__poll(self._ptr, timeout_ms)
 
     def _native_epoll_fd(self):
@@ -406,3 +411,9 @@ def _event_codec(obj, map_name: str, event_type):
                         "'events' -> struct event), and keep it in BTF with 'EK_EXPORT_TYPE(struct event);' "
                         "from ebpfkit.h (clang drops types only local variables use); or pass "
                         "decode=False for bytes")
+
+
+def foreign_ring_buffer_fd(ring_buffer: int) -> int:
+    """The epoll descriptor of a libbpf ``struct ring_buffer *`` another library made in this
+    process (BCC's ring buffer manager: libbcc links the same libbpf.so.1)."""
+    return L.lib.ring_buffer__epoll_fd(ring_buffer)

@@ -212,6 +212,21 @@ def test_perf_buffer_delivers_every_event():
         assert pb.lost == 0
 
 
+def test_perf_buffer_reads_what_a_select_on_its_fileno_said_was_there():
+    """Polling a perf event clears its readiness: after select() on fileno() said readable,
+    the reader must still find the records without waiting for another one."""
+    n = 5
+    with load() as obj:
+        pb = obj.perf_buffer("perf_events")
+        perf_events(n)
+        readable, _, _ = select.select([pb], [], [], 2.0)
+        assert readable == [pb]
+        got, deadline = [], time.monotonic() + 2
+        while len(got) < n and time.monotonic() < deadline:
+            got.extend(pb.read_batch(0))
+        assert len(got) == n
+
+
 def test_perf_buffer_overflow_counts_every_lost_event():
     n = 1000
     old_affinity = os.sched_getaffinity(0)
