@@ -503,3 +503,12 @@ def pipe_allocations(session, n: int, functions: tuple[str, ...], written: bool 
 
     wait_for(fell_back, timeout=30, interval=0.5)
     return before, held, seen[-1]
+
+
+def bcc_dialect_through_ebpfkit(monkeypatch, session_class) -> None:
+    """Make ``engine="bcc"`` sessions of ``session_class`` (a HandlerStatsSession) load their
+    BCC-dialect program through ebpfkit's own BCC translation: the program checked on a host
+    where BCC cannot run (no kernel headers); the VM's tests run it under BCC itself."""
+    load = session_class._load_bcc.__func__
+    monkeypatch.setattr(session_class, "_load_bcc",
+                        classmethod(lambda cls, config, engine="bcc": load(cls, config, engine="ebpfkit")))

@@ -1,7 +1,7 @@
 """BPF maps as Python mappings, keys and values decoded through the object's BTF.
 
-``Map`` is the engine-neutral interface tools use (a BCC table can stand behind the same
-methods later): ``m[key]``, ``m[key] = v``, ``del m[key]``, iteration, ``items()`` (batched
+``Map`` is the engine-neutral Table tools use (ebpfkit.bcc.neutral puts BCC's own tables
+behind the same methods): ``m[key]``, ``m[key] = v``, ``del m[key]``, iteration, ``items()`` (batched
 where the kernel can), ``clear()``, per-CPU values with ``.sum()``, histograms and
 ``to_dataframe()``.
 
@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from ..errors import MapError, NotSupportedError
 from . import _libbpf as L
 from .constants import BPF_ANY, PER_CPU_MAPS, MapType
+from .protocols import TableConveniences
 from .pinned import FdMap, info, map_type as _map_type, round8
 from .resource import Resource
 
@@ -77,7 +78,7 @@ def possible_cpu_count() -> int:
     return len(possible_cpus())
 
 
-class Map(MutableMapping):
+class Map(TableConveniences, MutableMapping):
     """A BPF map of a loaded (or, for sizing, an opened) object."""
 
     def __init__(self, ptr, btf=None, owner=None):
@@ -302,47 +303,9 @@ class Map(MutableMapping):
         """Remove every entry (arrays: set every element to zero)."""
         self.raw.clear()
 
-    # --- conveniences for tools and notebooks ---
-
-    def to_dicts(self) -> list[dict]:
-        rows = []
-        for key, value in self.items():
-            row = dict(key) if isinstance(key, dict) else {"key": key}
-            if self.per_cpu:
-                value = value.sum()
-            row.update(value if isinstance(value, dict) else {"value": value})
-            rows.append(row)
-        return rows
-
-    def to_dataframe(self):
-        try:
-            import pandas
-        except ImportError:
-            raise NotSupportedError("pandas", "to_dataframe() needs pandas",
-                                    hint="pip install 'ebpfkit[notebook]'") from None
-        return pandas.DataFrame(self.to_dicts())
-
-    def log2_histogram(self, unit: str = "value", field: str | None = None, key=None):
-        """The map's counts as a Log2Histogram: an array of per-bucket counts, or the array
-        field ``field`` (e.g. 'slots') of the value stored at ``key``."""
-        from ..histogram import Log2Histogram
-
-        return Log2Histogram.from_counts(self._bucket_counts(field, key), unit=unit)
-
-    def linear_histogram(self, base: int = 0, step: int = 1, unit: str = "value", field=None, key=None):
-        from ..histogram import LinearHistogram
-
-        return LinearHistogram.from_counts(self._bucket_counts(field, key), base=base, step=step, unit=unit)
-
-    def _bucket_counts(self, field, key) -> list[int]:
-        if field is None and key is None:
-            values = dict(self.items())
-            n = max(values, default=-1) + 1 if self.type not in _ARRAYS else self.max_entries
-            return [_total(values.get(i, 0)) for i in range(n)]
-        value = self[key if key is not None else 0]
-        if isinstance(value, PerCpu):
-            value = value.sum()
-        return list(value[field] if field else value)
+    @property
+    def is_array(self) -> bool:
+        return self.type in _ARRAYS
 
 
 class KernelMap(Map, Resource):
@@ -408,10 +371,6 @@ class KernelMap(Map, Resource):
 
     def __repr__(self):
         return f"<KernelMap {self.name} id={self.id} {getattr(self.type, 'name', self.type)}>"
-
-
-def _total(value) -> int:
-    return value.sum() if isinstance(value, PerCpu) else int(value)
 
 
 def create_map(map_type: int, key_size: int, value_size: int, max_entries: int, name: str = "",

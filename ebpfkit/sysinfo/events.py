@@ -63,3 +63,12 @@ def kallsyms_lists(names: set[str], kallsyms: str = "/proc/kallsyms") -> set[str
     except OSError:
         pass
     return found
+
+
+def softirq_names(proc_softirqs: str = "/proc/softirqs") -> dict[int, str]:
+    """{vector: name} from /proc/softirqs, whose rows are the vectors in order (HI, TIMER,
+    NET_TX, ...): what names them on a kernel without BTF."""
+    with open(proc_softirqs) as f:
+        f.readline()  # the CPU header
+        names = [line.split(":", 1)[0].strip() for line in f if ":" in line]
+    return dict(enumerate(names))

@@ -5,6 +5,7 @@ some of a file that exists, some of one that does not."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -135,3 +136,72 @@ def test_bccs_opensnoop_shows_the_file_a_process_opens(tmp_path):
     lines, err = run_tool_while(["opensnoop"], "PATH", act)
     seen = [line for line in lines if str(marked) in line]
     assert len(seen) >= 3 and all(f" {os.getpid()} " in f" {line} " for line in seen), "".join(lines[-40:]) + err
+
+
+# --- the engine-neutral protocols: ebpfkit's reading, either engine's program ------------------
+
+@pytest.mark.parametrize("engine", ["ebpfkit", "bcc"])
+def test_neutral_tables_and_streams_show_exactly_the_opens_made(engine, tmp_path):
+    from bcc_neutral import check_either_engine
+
+    check_either_engine(engine, tmp_path)
+
+
+def test_softirqs_on_bccs_engine_counts_net_rx_as_proc_softirqs(veth_pair):
+    """ebpfkit's softirqs with engine="bcc": its BCC-dialect program compiled by BCC against
+    6.1's headers, its map read through the neutral Table; NET_RX on the sending CPU against
+    the kernel's own count (tests/integration/tools/softirqs has the reasoning)."""
+    from irqs import CPU, UdpReceiver, proc_softirqs, send_udp
+
+    from ebpfkit.tools import softirqs
+
+    receiver = UdpReceiver(veth_pair)
+    try:
+        send_udp(veth_pair, 5)  # neighbour resolution first
+        time.sleep(0.2)
+        receiver.drain()
+        with softirqs.open(per_cpu=True, engine="bcc") as session:
+            assert session.hook == softirqs.session.BCC_HOOK
+            session.sample()
+            before = proc_softirqs()
+            send_udp(veth_pair, 300)
+            time.sleep(0.5)
+            after = proc_softirqs()
+            stats = session.sample()
+        assert receiver.drain() == 300
+    finally:
+        receiver.close()
+    counted = sum(s.count for s in stats if s.name == "NET_RX" and s.cpu == CPU)
+    truth = after[CPU] - before[CPU]
+    assert truth >= 150 and abs(counted - truth) <= max(5, truth // 10), (counted, truth)
+    assert all(s.total_ns > 0 for s in stats if s.name == "NET_RX")
+
+
+def test_hardirqs_on_bccs_engine_counts_what_proc_interrupts_counts():
+    """ebpfkit's hardirqs with engine="bcc": reads of files on the guest's 9p root raise the
+    virtio transport's interrupts; each busy IRQ's count and handler name against
+    /proc/interrupts over the same interval."""
+    from irqs import interrupts
+
+    from ebpfkit.tools import hardirqs
+
+    files = [os.path.join(root, name) for root, _, names in os.walk("/usr/share/doc") for name in names][:400]
+    with hardirqs.open(engine="bcc", dist=True) as session:
+        assert session.hook == hardirqs.session.BCC_HOOK
+        session.sample()
+        before = interrupts()
+        for path in files:
+            with contextlib.suppress(OSError), open(path, "rb") as f:
+                f.read()
+        after = interrupts()
+        stats = session.sample()
+    truth = {irq: after[irq][1] - before[irq][1] for irq in after if irq in before}
+    busy = {irq: n for irq, n in truth.items() if n >= 50}
+    assert busy, f"the reads raised few interrupts: {truth}"
+    counted: dict[int, int] = {}
+    for s in stats:
+        counted[s.irq] = counted.get(s.irq, 0) + s.count
+        assert s.histogram.total == s.count
+    for irq, n in busy.items():
+        assert abs(counted.get(irq, 0) - n) <= max(5, n // 10), (irq, after[irq][0], counted.get(irq), n)
+        assert after[irq][0] in {s.name for s in stats if s.irq == irq}

@@ -26,11 +26,11 @@ Examples:
 @handler_stats_options("IRQ")
 @tool_options
 @interval_arguments
-def hardirqs(dist, per_cpu, counts_only, nanoseconds, interval, count):
+def hardirqs(dist, per_cpu, counts_only, nanoseconds, engine, interval, count):
     """Hard interrupt handlers: how often each ran and for how long, per IRQ (and CPU)."""
     from .session import Config, open as open_session
 
     config = build_config(Config, dist=dist, per_cpu=per_cpu, counts_only=counts_only,
-                          nanoseconds=nanoseconds)
+                          nanoseconds=nanoseconds, engine=engine)
     run_command(Output.from_context(), open_session, config, interval, count,
                 "Tracing hard IRQ handlers...", "hardirq", "irq")

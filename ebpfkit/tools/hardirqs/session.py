@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from ..handler_stats import HandlerStat, HandlerStatsConfig, HandlerStatsSession
 
 TYPED_HOOK = "tp_btf irq_handler_entry/irq_handler_exit"
+BCC_HOOK = "raw tracepoints irq_handler_entry/irq_handler_exit, through BCC"
 RAW_HOOK = "raw tracepoints irq_handler_entry/irq_handler_exit"
 
 
@@ -41,6 +42,8 @@ class Session(HandlerStatsSession):
 
     PROGRAM = os.path.join(os.path.dirname(__file__), "hardirqs.bpf.c")
     HOOKS = (TYPED_HOOK, RAW_HOOK)
+    BCC_PROGRAM = os.path.join(os.path.dirname(__file__), "hardirqs.bcc.c")
+    BCC_HOOK = BCC_HOOK
 
     def _stat(self, key, value) -> IrqStat:
         label = f"hardirq = {value.name} (irq {key.irq})"

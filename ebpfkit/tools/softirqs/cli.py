@@ -26,11 +26,11 @@ Examples:
 @handler_stats_options("vector")
 @tool_options
 @interval_arguments
-def softirqs(dist, per_cpu, counts_only, nanoseconds, interval, count):
+def softirqs(dist, per_cpu, counts_only, nanoseconds, engine, interval, count):
     """Softirqs: how often each vector's handler ran and for how long, per vector (and CPU)."""
     from .session import Config, open as open_session
 
     config = build_config(Config, dist=dist, per_cpu=per_cpu, counts_only=counts_only,
-                          nanoseconds=nanoseconds)
+                          nanoseconds=nanoseconds, engine=engine)
     run_command(Output.from_context(), open_session, config, interval, count,
                 "Tracing softirqs...", "softirq", "vector")

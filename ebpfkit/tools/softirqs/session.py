@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from ..handler_stats import HandlerStat, HandlerStatsConfig, HandlerStatsSession
 
 TYPED_HOOK = "tp_btf softirq_entry/softirq_exit"
+BCC_HOOK = "tracepoints irq:softirq_entry/softirq_exit, through BCC"
 RAW_HOOK = "raw tracepoints softirq_entry/softirq_exit"
 
 
@@ -40,11 +41,17 @@ class SoftirqStat(HandlerStat):
 
 def vector_names() -> dict[int, str]:
     """{vector: name} from the kernel's ``enum { HI_SOFTIRQ, ..., NR_SOFTIRQS }`` (anonymous:
-    found by its last enumerator), named as /proc/softirqs names them."""
+    found by its last enumerator), named as /proc/softirqs names them; from /proc/softirqs'
+    rows, which come in the same order, on a kernel without BTF (engine="bcc")."""
     from ...engine import kernel_enum
+    from ...errors import EbpfkitError
+    from ...sysinfo.events import softirq_names
 
-    return {value: name.removesuffix("_SOFTIRQ") for name, value in kernel_enum("NR_SOFTIRQS").items()
-            if name != "NR_SOFTIRQS"}
+    try:
+        enum = kernel_enum("NR_SOFTIRQS")
+    except EbpfkitError:
+        return softirq_names()
+    return {value: name.removesuffix("_SOFTIRQ") for name, value in enum.items() if name != "NR_SOFTIRQS"}
 
 
 class Session(HandlerStatsSession):
@@ -52,6 +59,8 @@ class Session(HandlerStatsSession):
 
     PROGRAM = os.path.join(os.path.dirname(__file__), "softirqs.bpf.c")
     HOOKS = (TYPED_HOOK, RAW_HOOK)
+    BCC_PROGRAM = os.path.join(os.path.dirname(__file__), "softirqs.bcc.c")
+    BCC_HOOK = BCC_HOOK
 
     def __init__(self, config: Config):
         self.names = vector_names()

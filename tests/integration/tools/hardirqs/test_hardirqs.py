@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from helpers import same_config_error, signalled_run_leaves_nothing
+from helpers import bcc_dialect_through_ebpfkit, same_config_error, signalled_run_leaves_nothing
 from irqs import WRITES, direct_writes, disk_irqs, interrupts
 
 pytestmark = [
@@ -42,13 +42,18 @@ def close_to(tool: int, truth: int) -> bool:
     return abs(tool - truth) <= max(5, truth // 10)
 
 
-@pytest.mark.parametrize("settings", [{}, {"counts_only": True}, {"per_cpu": True}, {"dist": True}])
-def test_session_counts_the_disk_irqs_proc_interrupts_counts(tmp_path, settings):
+@pytest.mark.parametrize("settings", [{}, {"counts_only": True}, {"per_cpu": True}, {"dist": True},
+                                      {"engine": "bcc", "dist": True, "per_cpu": True}])
+def test_session_counts_the_disk_irqs_proc_interrupts_counts(tmp_path, settings, monkeypatch):
+    """engine="bcc": its BCC-dialect program, here through ebpfkit's translation of it."""
     from ebpfkit.tools import hardirqs
 
     irqs = disk_irqs(tmp_path)
+    if settings.get("engine") == "bcc":
+        bcc_dialect_through_ebpfkit(monkeypatch, hardirqs.session.Session)
     with hardirqs.open(**settings) as session:
-        assert session.hook in (hardirqs.session.TYPED_HOOK, hardirqs.session.RAW_HOOK)
+        assert session.hook in ((hardirqs.session.BCC_HOOK,) if settings.get("engine") else
+                                (hardirqs.session.TYPED_HOOK, hardirqs.session.RAW_HOOK))
         session.sample()  # from here on
         before = interrupts()
         direct_writes(tmp_path / "data")

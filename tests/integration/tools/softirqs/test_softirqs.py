@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from helpers import same_config_error, signalled_run_leaves_nothing
+from helpers import bcc_dialect_through_ebpfkit, same_config_error, signalled_run_leaves_nothing
 from irqs import CPU, UdpReceiver, proc_softirqs, send_udp
 
 pytestmark = [
@@ -50,11 +50,16 @@ def close_to(tool: int, truth: int) -> bool:
     return abs(tool - truth) <= max(5, truth // 10)
 
 
-def test_net_rx_per_cpu_follows_the_packets_and_proc_softirqs(veth_pair, receiver):
+@pytest.mark.parametrize("engine", ["ebpfkit", "bcc"])
+def test_net_rx_per_cpu_follows_the_packets_and_proc_softirqs(veth_pair, receiver, engine, monkeypatch):
+    """engine="bcc": its BCC-dialect program, here through ebpfkit's translation of it."""
     from ebpfkit.tools import softirqs
 
-    with softirqs.open(per_cpu=True) as per_cpu, softirqs.open() as total:
-        assert per_cpu.hook in (softirqs.session.TYPED_HOOK, softirqs.session.RAW_HOOK)
+    if engine == "bcc":
+        bcc_dialect_through_ebpfkit(monkeypatch, softirqs.session.Session)
+    with softirqs.open(per_cpu=True, engine=engine) as per_cpu, softirqs.open(engine=engine) as total:
+        assert per_cpu.hook in ((softirqs.session.BCC_HOOK,) if engine == "bcc" else
+                                (softirqs.session.TYPED_HOOK, softirqs.session.RAW_HOOK))
         counted, truths = [], []
         for packets in (0, PACKETS, 4 * PACKETS):
             per_cpu.sample(), total.sample()
@@ -80,12 +85,14 @@ def test_net_rx_per_cpu_follows_the_packets_and_proc_softirqs(veth_pair, receive
 
 
 def test_names_are_the_kernels_vectors():
+    from ebpfkit.sysinfo.events import softirq_names
     from ebpfkit.tools import softirqs
 
     names = softirqs.vector_names()
     with open("/proc/softirqs") as f:
         listed = [line.split(":")[0].strip() for line in f.readlines()[1:]]
     assert list(names.values()) == listed  # the kernel's enum, in the kernel's order
+    assert softirq_names() == names  # what names them where there is no BTF (engine="bcc")
     assert names[3] == "NET_RX" and names[1] == "TIMER"
 
 
@@ -127,6 +134,18 @@ def test_bad_options_exit_2_with_the_reason(capsys):
         cli = subprocess.run([sys.executable, "-m", "ebpfkit", "softirqs", *args], capture_output=True,
                              text=True, timeout=60)
         assert cli.returncode == 2 and "Traceback" not in cli.stderr, (args, cli.stderr)
+
+
+def test_engine_bcc_where_bcc_cannot_run_exits_3_saying_why():
+    from ebpfkit.bcc import native
+
+    assert native.kernel_headers() is None, "this host was expected to have no kernel headers"
+    cli = subprocess.run([sys.executable, "-m", "ebpfkit", "softirqs", "--engine", "bcc", "1", "1"],
+                         capture_output=True, text=True, timeout=60)
+    assert cli.returncode == 3 and "engine='bcc' needs" in cli.stderr and "Traceback" not in cli.stderr, cli.stderr
+    cli = subprocess.run([sys.executable, "-m", "ebpfkit", "softirqs", "--engine", "nope"], capture_output=True,
+                         text=True, timeout=60)
+    assert cli.returncode == 2 and "nope" in cli.stderr, cli.stderr
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
