@@ -33,7 +33,7 @@ INCLUDE_DIR = os.path.join(os.path.dirname(__file__), "include")
 # unsaved (in-memory) files, in a directory that need not exist
 VIRTUAL_DIR = "/ebpfkit-bcc"
 MAIN_FILE, PROGRAM_FILE = f"{VIRTUAL_DIR}/main.c", f"{VIRTUAL_DIR}/bcc_program.c"
-VERSION = 20  # of the translation: part of the cache key
+VERSION = 21  # of the translation: part of the cache key
 
 _HEADERS = """\
 #include "ek_kconfig.h"
@@ -446,7 +446,10 @@ class _Walker:
         return True
 
     def _kernel_element(self, expr, parents) -> bool:
-        """``((u8 *)tcp)[13]`` where ``tcp`` points into the kernel: a probe read of the element."""
+        """``((u8 *)tcp)[13]`` where ``tcp`` points into the kernel, or ``sgs[i]`` where ``sgs``
+        points at kernel pointers (virtiostat's ``struct scatterlist **``, handed down from the
+        probed function to a helper of the program's): a probe read of the element. (Read
+        rvalues only: a probe read of the program's own memory reads it just as well.)"""
         from clang.cindex import CursorKind as K
 
         kids = list(expr.get_children())
@@ -454,7 +457,8 @@ class _Walker:
                 self._address_taken(parents):
             return False
         base = _strip_casts(kids[0])
-        if base is None or base.kind != K.DECL_REF_EXPR or self._direct(base) or not _kernel_pointer(base.type):
+        if base is None or base.kind != K.DECL_REF_EXPR or self._direct(base) or \
+                not (_kernel_pointer(base.type) or _kernel_pointer(_pointee(base.type))):
             return False
         if expr.extent.start.file is None or expr.extent.start.file.name != PROGRAM_FILE:
             return False
@@ -618,11 +622,13 @@ def _is_table(decl) -> bool:
 
 
 def _kernel_pointer(t) -> bool:
-    """A pointer to a struct or union that may be kernel memory: the kernel's own (vmlinux.h)
-    or the program's partial copy of one (BCC's tools declare such), not a program context
-    and not a tracepoint's args (the context too)."""
+    """``t`` (None: no type) is a pointer to a struct or union that may be kernel memory: the
+    kernel's own (vmlinux.h) or the program's partial copy of one (BCC's tools declare such),
+    not a program context and not a tracepoint's args (the context too)."""
     from clang.cindex import TypeKind
 
+    if t is None:
+        return False
     t = t.get_canonical()
     if t.kind != TypeKind.POINTER:
         return False
@@ -634,6 +640,14 @@ def _kernel_pointer(t) -> bool:
     if loc.file is None or loc.file.name == MAIN_FILE or decl.spelling.startswith("tracepoint__"):
         return False
     return decl.spelling not in _CONTEXT_STRUCTS
+
+
+def _pointee(t):
+    """What pointer type ``t`` points at (None if it is no pointer)."""
+    from clang.cindex import TypeKind
+
+    t = t.get_canonical()
+    return t.get_pointee() if t.kind == TypeKind.POINTER else None
 
 
 def _probed_argument(expr) -> bool:

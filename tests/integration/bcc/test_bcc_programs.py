@@ -457,6 +457,47 @@ def test_a_kernel_pointer_kept_in_a_map_value_is_read_through():
         assert b["parent"][0].value == ppid
 
 
+KERNEL_POINTER_ARRAY = r"""
+#include <linux/sched.h>
+#include <linux/fdtable.h>
+
+BPF_ARRAY(inode, u64, 1);
+
+/* a helper handed the kernel's array of file pointers: virtiostat's count_len(sgs, ...) */
+static u64 inode_of(struct file **fds, int fd)
+{
+    struct file *f = fds[fd];
+
+    return f ? f->f_inode->i_ino : 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_getppid) {
+    if ((bpf_get_current_pid_tgid() >> 32) != TARGET_PID)
+        return 0;
+    struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+    struct file **fds = task->files->fdt->fd;
+    int zero = 0;
+    u64 ino = inode_of(fds, TARGET_FD);
+    inode.update(&zero, &ino);
+    return 0;
+}
+"""
+
+
+def test_an_element_of_a_kernel_array_of_pointers_is_read_through(tmp_path):
+    """``fds[fd]`` where ``fds`` is the kernel's ``struct file **`` (a helper's parameter):
+    the inode of the file this process holds open at that descriptor."""
+    held = tmp_path / "held"
+    held.write_text("x")
+    fd = os.open(held, os.O_RDONLY)
+    try:
+        with BPF(text=KERNEL_POINTER_ARRAY, cflags=[f"-DTARGET_PID={os.getpid()}", f"-DTARGET_FD={fd}"]) as b:
+            os.getppid()
+            assert b["inode"][0].value == os.fstat(fd).st_ino != 0
+    finally:
+        os.close(fd)
+
+
 LITERAL_COPY = r"""
 typedef struct dist_key { char op[16]; u64 slot; } dist_key_t;
 BPF_HISTOGRAM(dist, dist_key_t);
