@@ -379,8 +379,11 @@ def run_tool(name: str, engine: str, seconds: float, startup: float) -> dict:
             for a in ARGS.get(name, [])]
     if engine == "ebpfkit":
         argv = [sys.executable, "-m", "ebpfkit", "bcc", "run", name, *args]
-    else:
-        argv = ["/usr/bin/python3", os.path.join(TOOLS_DIR, f"{name}-bpfcc"), *args]
+    else:  # BCC's Python tools under the system's Python, its language tools' shell wrappers as they are
+        tool = os.path.join(TOOLS_DIR, f"{name}-bpfcc")
+        with open(tool, "rb") as f:
+            python_tool = b"python" in f.readline()
+        argv = ["/usr/bin/python3", tool, *args] if python_tool else [tool, *args]
     started = time.monotonic()
     out, err, returncode = run_interrupted(argv, seconds, startup, terminal=name in TERMINAL_TOOLS)
     ended_itself = returncode is not None
