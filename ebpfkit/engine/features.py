@@ -1132,6 +1132,22 @@ def _probe_sk_msg():
     return _result(SUPPORTED, f"attached to a SOCKHASH ({how})")
 
 
+# tc helpers a fast path needs: enum bpf_func_id's numbers (libbpf's bpf_helper_defs.h)
+_TC_HELPERS = {"redirect_neigh": (152, "bpf_redirect_neigh (out with the kernel resolving the next hop)"),
+               "redirect_peer": (155, "bpf_redirect_peer (into a veth peer's namespace)")}
+
+
+def _tc_helper_probe(helper_id: int):
+    def run(name: str, lbl: str) -> Probe:
+        found = have_helper(ProgType.SCHED_CLS, helper_id)
+        return Probe(name, lbl, found.status, found.reason)
+    return run
+
+
+for _name, (_number, _label) in _TC_HELPERS.items():
+    _register(_name, _label)(_tc_helper_probe(_number))
+
+
 @_register("prog_test_run", "BPF_PROG_TEST_RUN")
 @_attach_probe
 def _probe_test_run():
@@ -1190,4 +1206,6 @@ HINTS = {
     "cgroup_sock_addr": _CGROUP_HINT,
     "sk_msg": "needs CONFIG_BPF_STREAM_PARSER=y",
     "prog_test_run": "needs a kernel >= 4.12 (BPF_PROG_TEST_RUN)",
+    "redirect_neigh": "needs a kernel >= 5.10",
+    "redirect_peer": "needs a kernel >= 5.10",
 }

@@ -1,0 +1,155 @@
+"""A node made of network namespaces, to try `tc` on and to test and measure it: a "node"
+namespace with a veth to each of two "pod" namespaces and an uplink veth to a "remote" one,
+addresses and routes as a one-node cluster has them, forwarding on, and an nftables counter
+on the node's forward hook (what the node's stack routes, netfilter sees; what tc redirect
+hands over directly, it does not)::
+
+    with LabNode() as lab:
+        lab.pods[0].address, lab.remote.address, lab.forwarded()
+
+Everything lives in namespaces the lab creates and removes; nothing touches this host's own.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import threading
+from dataclasses import dataclass
+
+from ...net import NetNS, create_veth
+from ...net.netns import in_netns
+
+SUBNET = "10.77.0.0/16"  # the pods' and the remote's addresses: 10.77.N.2 behind 10.77.N.1 on the node
+NFT_TABLE = "ebpfkit_lab"
+
+
+@dataclass(frozen=True)
+class Place:
+    netns: str          # its namespace
+    device: str         # its veth end there
+    address: str        # its IPv4 address
+    node_device: str    # the veth's other end, on the node
+    gateway: str        # the node's address on that veth
+
+
+class LabNode:
+    """The namespaces, veths, routes and the nftables counter; removed on exit."""
+
+    def __init__(self, pods: int = 2, purpose: str = "tclab"):
+        self.purpose, self.pod_count = purpose, pods
+        self._namespaces: list[NetNS] = []
+        self.node: NetNS | None = None
+        self.pods: list[Place] = []
+        self.remote: Place | None = None
+        self._forwarded_before = 0
+
+    def __enter__(self) -> "LabNode":
+        try:
+            self.node = self._netns("node")
+            self._run(self.node.name, _write, "/proc/sys/net/ipv4/ip_forward", "1")
+            for n in range(1, self.pod_count + 1):
+                self.pods.append(self._place(f"pod{n}", n, f"ekpod{n}"))
+            self.remote = self._place("remote", 9, "ekup")
+            self._nft(f"add table inet {NFT_TABLE}")
+            self._nft(f"add chain inet {NFT_TABLE} forward {{ type filter hook forward priority 0 ; }}")
+            self._nft(f"add rule inet {NFT_TABLE} forward counter")
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for ns in reversed(self._namespaces):  # the veths go with them
+            ns.close()
+        self._namespaces.clear()
+
+    def forwarded(self) -> int:
+        """Packets the node's stack forwarded since the lab was made or ``reset_forwarded()``
+        (its forward hook's nftables counter)."""
+        return self._forward_counter() - self._forwarded_before
+
+    def reset_forwarded(self) -> None:
+        # a rule's own counter is not reset by `nft reset counters` (named counters only)
+        self._forwarded_before = self._forward_counter()
+
+    def _forward_counter(self) -> int:
+        out = self._nft(f"-j list chain inet {NFT_TABLE} forward")
+        for item in json.loads(out)["nftables"]:
+            for expr in item.get("rule", {}).get("expr", []):
+                if "counter" in expr:
+                    return expr["counter"]["packets"]
+        raise RuntimeError(f"no counter in the lab's forward chain: {out}")
+
+    def transfer(self, source: Place, destination: Place, size: int, chunk: int = 65536,
+                 while_sending=None) -> int:
+        """Send ``size`` bytes over TCP from ``source`` to ``destination``; the bytes that
+        arrived. ``while_sending()``, if given, runs once half of them are sent."""
+        server = in_netns(destination.netns, socket.create_server, (destination.address, 0))
+        received: list[int] = []
+
+        def serve():
+            conn, _ = server.accept()
+            with conn:
+                total = 0
+                while data := conn.recv(1 << 16):
+                    total += len(data)
+                received.append(total)
+
+        receiver = threading.Thread(target=serve, daemon=True)
+        receiver.start()
+        try:
+            port = server.getsockname()[1]
+            with in_netns(source.netns, socket.create_connection, (destination.address, port), 10) as client:
+                block, sent = b"\0" * chunk, 0
+                while sent < size:
+                    if while_sending is not None and sent >= size // 2:
+                        while_sending()
+                        while_sending = None
+                    n = min(chunk, size - sent)
+                    client.sendall(block[:n])
+                    sent += n
+                client.shutdown(socket.SHUT_WR)
+                receiver.join(30)
+        finally:
+            server.close()
+        return received[0] if received else 0
+
+    def _netns(self, role: str) -> NetNS:
+        ns = NetNS(f"{self.purpose}-{role}").create()
+        self._namespaces.append(ns)
+        return ns
+
+    def _place(self, role: str, n: int, node_device: str) -> Place:
+        ns = self._netns(role)
+        gateway, address = f"10.77.{n}.1", f"10.77.{n}.2"
+        create_veth(self.node, ns, names=(node_device, "eth0"), addresses=(f"{gateway}/24", f"{address}/24"))
+        with ns.iproute() as ipr:
+            if role == "remote":  # the pods are behind the node
+                ipr.route("add", dst=SUBNET, gateway=gateway)
+            else:
+                ipr.route("add", dst="default", gateway=gateway)
+        return Place(ns.name, "eth0", address, node_device, gateway)
+
+    def _nft(self, command: str) -> str:
+        return self._run(self.node.name, _nft, command)
+
+    @staticmethod
+    def _run(netns: str, fn, *args):
+        return in_netns(netns, fn, *args)
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w") as f:  # /proc/sys/net is the writing thread's namespace's
+        f.write(text)
+
+
+def _nft(command: str) -> str:
+    done = subprocess.run(["nft", *command.split()], capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"nft {command}: {done.stderr.strip()}")
+    return done.stdout

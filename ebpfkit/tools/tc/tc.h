@@ -1,0 +1,29 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/* What tc_redirect.bpf.c and its session share: the endpoint map's value and the counters. */
+#ifndef __EK_TC_H
+#define __EK_TC_H
+
+/* One endpoint: a namespace behind a veth pair, reached by its address (the map's key, IPv4
+ * in network order). The packet is handed to the peer of the node-side veth, its Ethernet
+ * header rewritten as if the node had routed it there. */
+struct tc_endpoint {
+	__u32 ifindex;       /* the node-side veth: bpf_redirect_peer delivers into its peer */
+	__u8 mac[6];         /* the endpoint's own (its namespace's veth end) */
+	__u8 node_mac[6];    /* the node-side veth's: the frame's source, as from its gateway */
+};
+
+/* what the program did with each packet it saw */
+enum tc_verdict {
+	TC_TO_ENDPOINT = 0, /* bpf_redirect_peer into an endpoint's namespace */
+	TC_ROUTED,          /* out of the node by the FIB's device, next hop's MAC known: bpf_redirect */
+	TC_TO_NEIGH,        /* out of the node by the FIB's device, the kernel resolving the next hop: bpf_redirect_neigh */
+	TC_PASSED,          /* not ours (not IPv4, for this node, TTL expiring, no route): the normal stack */
+	TC_VERDICTS,
+};
+
+struct tc_counter {
+	__u64 packets;
+	__u64 bytes;
+};
+
+#endif
