@@ -1019,11 +1019,11 @@ def _tc_attach(ifindex: int) -> tuple:
         fd = L.lib.bpf_link_create(prog, ifindex, AttachType.TCX_INGRESS, ctypes.byref(opts))
         if fd >= 0:
             stack.callback(os.close, fd)
-            return _result(SUPPORTED, "tcx link on a veth in a throwaway netns")
+            return _result(SUPPORTED, "tcx link on a veth in a throwaway netns", value="tcx")
         if -fd not in (_errno.EINVAL, _errno.EOPNOTSUPP, 524):
             raise _Failed("attach", -fd)
         _tc_clsact(prog, ifindex)  # kernels < 6.6: no tcx links
-    return _result(SUPPORTED, "clsact on a veth in a throwaway netns (no tcx links here)")
+    return _result(SUPPORTED, "clsact on a veth in a throwaway netns (no tcx links here)", value="clsact")
 
 
 def _tc_clsact(prog: int, ifindex: int) -> None:

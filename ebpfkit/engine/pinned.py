@@ -59,6 +59,28 @@ def open_pin(path: str, readonly: bool = False) -> int:
     return fd
 
 
+class KernelProgram:
+    """A program the kernel holds, reached by an fd (a pin's): what the attach functions of
+    links.py need of a program (``fd``, ``name``, ``info()``), to attach a pinned program
+    again where another command loaded it. ``close()`` closes the fd."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.name = self.info().name.decode(errors="replace")
+
+    @classmethod
+    def open_pinned(cls, path: str) -> "KernelProgram":
+        return cls(open_pin(path))
+
+    def info(self) -> L.bpf_prog_info:
+        return info(self.fd, L.bpf_prog_info)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
 def pin(fd: int, path: str) -> None:
     err = L.lib.bpf_obj_pin(fd, os.fsencode(path))
     if err:

@@ -137,6 +137,23 @@ class PinSet:
         record.update(info, pins=self.names())
         self._write_record(record)
 
+    def drop(self, name: str) -> bool:
+        """Take one pin out of a set (detaching it first if it is one of its links), the
+        record following, sealed or not. True if it was there."""
+        path = os.path.join(self.path, name)
+        record = self.record() or {}
+        if name in record.get("links", ()):
+            pinned.detach_pinned_link(path)
+            record["links"] = [n for n in record["links"] if n != name]
+        if "pins" in record:
+            record["pins"] = [n for n in record["pins"] if n != name]
+        self._write_record(record)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            return False
+        return True
+
     def _write_record(self, record: dict) -> None:
         new = os.path.join(self.path, STATE + "_new")
         with contextlib.suppress(FileNotFoundError):

@@ -34,22 +34,26 @@ def resolve(netns: str, device: str, node_netns: str | None = None) -> Endpoint:
     a veth, no IPv4 address, its peer not in the node's namespace."""
     try:
         with iproute(netns) as ipr:
-            link = _one_link(ipr, device, f"namespace '{netns}'")
+            link = _one_link(ipr, device, f"namespace '{netns}'", "endpoints")
             if _kind(link) != "veth":
-                raise ConfigError("endpoint", f"{device} in namespace '{netns}' is a {_kind(link) or 'device'}, "
+                raise ConfigError("endpoints", f"{device} in namespace '{netns}' is a {_kind(link) or 'device'}, "
                                   "not a veth: an endpoint is one end of a veth pair whose other end is on the node")
             own_index, peer_index = link["index"], link.get_attr("IFLA_LINK")
             mac = link.get_attr("IFLA_ADDRESS")
             addresses = tuple(a.get_attr("IFA_ADDRESS") for a in ipr.get_addr(index=own_index, family=socket.AF_INET))
     except NoSuchNetnsError as exc:
-        raise ConfigError("endpoint", str(exc)) from None
+        raise ConfigError("endpoints", str(exc)) from None
     if not addresses:
-        raise ConfigError("endpoint", f"{device} in namespace '{netns}' has no IPv4 address: nothing would reach it")
-    with iproute(node_netns) as ipr:
+        raise ConfigError("endpoints", f"{device} in namespace '{netns}' has no IPv4 address: nothing would reach it")
+    try:
+        ipr = iproute(node_netns)
+    except NoSuchNetnsError as exc:
+        raise ConfigError("netns", str(exc)) from None
+    with ipr:
         peer = _link_by_index(ipr, peer_index)
         if peer is None or _kind(peer) != "veth" or peer.get_attr("IFLA_LINK") != own_index:
             where = f"namespace '{node_netns}'" if node_netns else "this namespace"
-            raise ConfigError("endpoint", f"the other end of {device} (namespace '{netns}') is not in {where}, "
+            raise ConfigError("endpoints", f"the other end of {device} (namespace '{netns}') is not in {where}, "
                               "the node's: an endpoint's veth pair joins its namespace to the node's")
         return Endpoint(netns, device, mac, addresses, peer.get_attr("IFLA_IFNAME"), peer["index"],
                         peer.get_attr("IFLA_ADDRESS"))
@@ -59,15 +63,15 @@ def device_index(name: str, netns: str | None = None) -> int:
     """The ifindex of the node's device ``name`` (an uplink); ConfigError if there is none."""
     try:
         with iproute(netns) as ipr:
-            return _one_link(ipr, name, f"namespace '{netns}'" if netns else "this namespace")["index"]
+            return _one_link(ipr, name, f"namespace '{netns}'" if netns else "this namespace", "uplinks")["index"]
     except NoSuchNetnsError as exc:
         raise ConfigError("netns", str(exc)) from None
 
 
-def _one_link(ipr, name: str, where: str):
+def _one_link(ipr, name: str, where: str, field: str):
     found = ipr.link_lookup(ifname=name)
     if not found:
-        raise ConfigError("device", f"no device '{name}' in {where}")
+        raise ConfigError(field, f"no device '{name}' in {where}")
     return ipr.link("get", index=found[0])[0]
 
 

@@ -1,6 +1,4 @@
-"""tc's redirect session: load tc_redirect.bpf.c into the node's namespace, fill its endpoint
-map, attach it at the ingress of every endpoint's node-side veth and of the uplinks (a tcx
-bpf_link where the kernel has one, 6.6+; a clsact filter before), and read its counters. No
+"""tc's redirect sessions: the fast path of tc_redirect.bpf.c in a node's namespace. No
 click, no printing, no formats::
 
     from ebpfkit.tools import tc
@@ -8,10 +6,15 @@ click, no printing, no formats::
                           uplinks=["up0"]) as session:
         session.sample()      # {"to_endpoint": {"packets": .., "bytes": ..}, "routed": .., ...}
         session.add_endpoint("pod3", "eth0")
+    tc.attach_redirect(config)               # the same, pinned: runs on after this process
+    with tc.attached_redirect("node") as session: ...   # what an attach left: same methods
+    tc.detach_redirect("node")
 
-What the program does not own (not IPv4, for the node itself, no route) goes on to the node's
-stack; ``close()`` (the end of the ``with``) detaches everything, and so does the kernel if
-the process dies (tcx links; clsact filters through the engine's reaper).
+``open_redirect`` loads the program into the node's namespace, fills its endpoint map and
+attaches it at the ingress of every endpoint's node-side veth and of the uplinks (a tcx
+bpf_link where the kernel has one, 6.6+; a clsact filter before); ``close()`` detaches it,
+and so does the kernel if the process dies. ``attach_redirect`` pins maps, program and links
+(pins.py): tcx links only, as a clsact filter is not a link that can be pinned.
 """
 
 from __future__ import annotations
@@ -19,8 +22,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from ...errors import NotSupportedError
 from ..config import ToolConfig
 from ..session import ToolSession
+from . import pins
 from .endpoints import Endpoint, device_index, resolve
 
 PROGRAM = os.path.join(os.path.dirname(__file__), "tc_redirect.bpf.c")
@@ -40,79 +45,209 @@ class RedirectConfig(ToolConfig):
         super().__post_init__()
 
 
-class RedirectSession(ToolSession):
-    """Loaded and attached until ``close()``; ``endpoints`` what it serves."""
+class _Redirect(ToolSession):
+    """What a running fast path offers, however it runs: its endpoints (changed live) and
+    counters. A subclass gives ``_map``, ``_counters``, ``netns`` and how a device gets the
+    program (``_attach``) and loses it (``_detach``)."""
 
-    def __init__(self, config: RedirectConfig):
+    netns: str | None
+    endpoints: dict
+
+    def add_endpoint(self, netns: str, device: str) -> Endpoint:
+        """Serve one more endpoint: its addresses reach it directly from now on."""
+        endpoint = resolve(netns, device, self.netns)
+        self._map.update_many(endpoint.map_entries().items())
+        self.endpoints[(netns, device)] = endpoint
+        self._attach(endpoint.node_ifindex)
+        return endpoint
+
+    def remove_endpoint(self, netns: str, device: str) -> None:
+        """Stop serving an endpoint: its packets take the node's stack again."""
+        endpoint = self.endpoints.pop((netns, device), None)
+        if endpoint is None:
+            from ...errors import ConfigError
+
+            raise ConfigError("endpoints", f"{device} in namespace '{netns}' is not an endpoint here")
+        for key in endpoint.map_entries():
+            self._map.pop(key, None)
+        self._detach(endpoint.node_ifindex)
+
+    def sample(self) -> dict:
+        """What the program did since it was attached: {verdict: {"packets": n, "bytes": n}}."""
+        totals = {}
+        for i, name in enumerate(VERDICTS):
+            per_cpu = self._counters[i]
+            totals[name] = {"packets": sum(c.packets for c in per_cpu), "bytes": sum(c.bytes for c in per_cpu)}
+        return totals
+
+    def _in_node(self, fn, *args):
+        if self.netns is None:
+            return fn(*args)
+        from ...net.netns import in_netns
+
+        return in_netns(self.netns, fn, *args)
+
+
+class RedirectSession(_Redirect):
+    """Loaded and attached until ``close()``; ``persistent``: pinned, and left running then."""
+
+    def __init__(self, config: RedirectConfig, persistent: bool = False):
         from ...engine import compile as compile_bpf
         from ...engine import features
 
         for feature in ("tc", "redirect_peer", "redirect_neigh"):
             features.require(feature)
-        self.config = config
-        self.endpoints: dict[tuple[str, str], Endpoint] = {}
+        if persistent and features.probe("tc").value != "tcx":
+            raise NotSupportedError("tcx", "a tc program that outlives its command needs tcx links (6.6+), "
+                                    "which can be pinned: this kernel attaches tc programs as clsact filters",
+                                    hint="`ebpfkit tc redirect run` runs it in the foreground here")
+        self.config, self.netns, self.endpoints = config, config.netns, {}
         self._links: dict[int, object] = {}  # node ifindex -> its link
         uplinks = [device_index(name, config.netns) for name in config.uplinks]
         resolved = [resolve(ns, dev, config.netns) for ns, dev in config.endpoints]
-        spec = compile_bpf(PROGRAM)
-        spec.rodata["targ_route"] = config.route
-        self._obj = spec.load()
-        self._map = self._obj.maps["endpoints"]
-        self._prog = self._obj.programs["tc_redirect"]
+        self._pins = pins.fresh_pin_set(config.netns) if persistent else None
+        self._obj = None
         try:
+            if self._pins is not None:
+                self._pins.create("tc redirect", netns=config.netns, uplinks=list(config.uplinks))
+            spec = compile_bpf(PROGRAM)
+            spec.rodata["targ_route"] = config.route
+            self._obj = spec.load()
+            self._map, self._counters = self._obj.maps["endpoints"], self._obj.maps["counters"]
+            self._prog = self._obj.programs[pins.PROGRAM]
+            if self._pins is not None:
+                self._pins.pin_maps(self._obj)
+                self._pins.pin("prog", self._prog.fd)
             for endpoint in resolved:
-                self._serve(endpoint)
+                self.add_endpoint(endpoint.netns, endpoint.device)
             for ifindex in uplinks:
                 self._attach(ifindex)
+            if self._pins is not None:
+                self._pins.seal(endpoints=[list(key) for key in self.endpoints])
         except BaseException:
+            if self._pins is not None:
+                self._pins.remove()
+                self._pins = None
             self.close()
             raise
 
+    @property
+    def pinned_at(self) -> str | None:
+        return self._pins.path if self._pins is not None else None
+
+    @property
+    def uplinks(self) -> tuple:
+        return self.config.uplinks
+
+    @property
+    def prog_id(self) -> int:
+        return self._prog.info().id
+
     def add_endpoint(self, netns: str, device: str) -> Endpoint:
-        """Serve one more endpoint (its addresses reach it from now on)."""
-        endpoint = resolve(netns, device, self.config.netns)
-        self._serve(endpoint)
+        endpoint = super().add_endpoint(netns, device)
+        if self._pins is not None and self._pins.record().get("pins"):
+            self._pins.seal(endpoints=[list(key) for key in self.endpoints])
         return endpoint
-
-    def remove_endpoint(self, netns: str, device: str) -> None:
-        """Stop serving an endpoint: its packets take the node's stack again."""
-        endpoint = self.endpoints.pop((netns, device))
-        for key in endpoint.map_entries():
-            self._map.pop(key, None)
-        link = self._links.pop(endpoint.node_ifindex, None)
-        if link is not None:
-            link.close()
-
-    def sample(self) -> dict:
-        """What the program did since it started: {verdict: {"packets": n, "bytes": n}}."""
-        counters = self._obj.maps["counters"]
-        return {name: {"packets": counters[i].sum().packets, "bytes": counters[i].sum().bytes}
-                for i, name in enumerate(VERDICTS)}
-
-    def _serve(self, endpoint: Endpoint) -> None:
-        self._map.update_many(endpoint.map_entries().items())
-        self.endpoints[(endpoint.netns, endpoint.device)] = endpoint
-        self._attach(endpoint.node_ifindex)
 
     def _attach(self, ifindex: int) -> None:
         if ifindex in self._links:
             return
-        if self.config.netns is None:
-            self._links[ifindex] = self._prog.attach_tc(ifindex, "ingress")
-        else:
-            from ...net.netns import in_netns
+        link = self._in_node(self._prog.attach_tc, ifindex, "ingress")
+        self._links[ifindex] = link
+        if self._pins is not None:
+            self._pins.pin_link(pins.link_name(ifindex), link)
 
-            self._links[ifindex] = in_netns(self.config.netns, self._prog.attach_tc, ifindex, "ingress")
+    def _detach(self, ifindex: int) -> None:
+        link = self._links.pop(ifindex, None)
+        if self._pins is not None:
+            self._pins.drop(pins.link_name(ifindex))
+            self._pins.seal(endpoints=[list(key) for key in self.endpoints])
+        if link is not None:
+            link.close()
 
     def close(self) -> None:
+        """Detach (a persistent one: only let go of it) and free."""
         for link in self._links.values():
             link.close()
         self._links.clear()
-        if getattr(self, "_obj", None) is not None:
+        if self._obj is not None:
             self._obj.close()
             self._obj = None
+
+
+class AttachedRedirect(_Redirect):
+    """The fast path an `attach` left in a node's namespace, through its pins: endpoints
+    changed there are changed for good. ``close()`` only lets go of it."""
+
+    def __init__(self, netns: str | None = None):
+        from ...engine.maps import KernelMap
+        from ...engine.pinned import KernelProgram
+
+        self.netns = netns
+        self._pins = pins.attached_pin_set(netns)
+        record = self._pins.record()
+        self.uplinks = tuple(record.get("uplinks", ()))
+        self._map = KernelMap.open_pinned(os.path.join(self._pins.path, "endpoints"))
+        self._counters = KernelMap.open_pinned(os.path.join(self._pins.path, "counters"))
+        self._prog = KernelProgram.open_pinned(os.path.join(self._pins.path, "prog"))
+        self.endpoints = {}
+        for ns, dev in record.get("endpoints", ()):
+            try:
+                self.endpoints[(ns, dev)] = resolve(ns, dev, netns)
+            except Exception:  # noqa: BLE001 - gone since: listed, but nothing to resolve
+                self.endpoints[(ns, dev)] = None
+
+    @property
+    def prog_id(self) -> int:
+        return self._prog.info().id
+
+    def add_endpoint(self, netns: str, device: str) -> Endpoint:
+        with self._pins.locked():
+            endpoint = super().add_endpoint(netns, device)
+            self._pins.seal(endpoints=[list(key) for key in self.endpoints])
+        return endpoint
+
+    def remove_endpoint(self, netns: str, device: str) -> None:
+        with self._pins.locked():
+            super().remove_endpoint(netns, device)
+            self._pins.seal(endpoints=[list(key) for key in self.endpoints])
+
+    def _attach(self, ifindex: int) -> None:
+        from ...engine import links
+
+        name = pins.link_name(ifindex)
+        if name in self._pins.names():
+            return
+        link = self._in_node(links.tc, self._prog, ifindex, "ingress")
+        try:
+            self._pins.pin_link(name, link)
+        finally:
+            link.close()  # the pin holds it
+
+    def _detach(self, ifindex: int) -> None:
+        self._pins.drop(pins.link_name(ifindex))
+
+    def close(self) -> None:
+        for resource in (self._map, self._counters, self._prog):
+            resource.close()
 
 
 def open_redirect(config: RedirectConfig | None = None, **settings) -> RedirectSession:
     """Start the fast path with ``config``, or with a RedirectConfig built from keywords."""
     return RedirectSession(RedirectConfig.given(config, **settings))
+
+
+def attach_redirect(config: RedirectConfig | None = None, **settings) -> RedirectSession:
+    """The fast path pinned, to run on after this process; the session returned reads it
+    until closed (which leaves it attached)."""
+    return RedirectSession(RedirectConfig.given(config, **settings), persistent=True)
+
+
+def attached_redirect(netns: str | None = None) -> AttachedRedirect:
+    return AttachedRedirect(netns)
+
+
+def detach_redirect(netns: str | None = None) -> bool:
+    """Detach what `attach` left in the node's namespace and remove its pins; False if
+    nothing was attached there."""
+    return pins.pin_set(netns).remove()

@@ -1,0 +1,220 @@
+"""`ebpfkit tc`: a node's fast path between its endpoints (namespaces behind veths, as pods
+are) and out of it. `redirect run` runs it in the foreground until Ctrl-C and pins nothing;
+`redirect attach` leaves it running, pinned under /sys/fs/bpf/ebpfkit/tc/ (tcx links, 6.6+);
+`endpoint`, `status`, `stats` and `detach` work on what attach left. --netns names the node's
+namespace (default: this one)."""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+from ...output import Column, Output, ResultTable, tool_options
+from ..common import interval_arguments, live_intervals, usage_errors
+
+EXAMPLES = """\b
+Examples:
+  ebpfkit tc redirect run -e pod1:eth0 -e pod2:eth0 -u eth1 1       foreground, counters every second
+  ebpfkit tc redirect attach --netns node -e pod1:eth0 -u up0       pinned: runs on after the command
+  ebpfkit tc endpoint add --netns node pod3:eth0                    served from now on
+  ebpfkit tc endpoint list --netns node
+  ebpfkit tc stats --netns node 1 5
+  ebpfkit tc detach --netns node
+"""
+
+
+@click.group(epilog=EXAMPLES)
+def tc():
+    """tc fast paths: pod-to-pod and pod-to-outside without the node's stack (bpf_redirect_peer,
+    bpf_redirect_neigh)."""
+
+
+def node_option(func):
+    return click.option("--netns", metavar="NAME", help="The node is this network namespace (`ip netns`); "
+                        "default: the caller's.")(func)
+
+
+def endpoint_spec(ctx, param, values):
+    """NETNS:DEV -> (netns, dev)."""
+    specs = []
+    for value in values:
+        netns, sep, device = value.partition(":")
+        if not sep or not netns or not device:
+            raise click.BadParameter(f"'{value}' is not NETNS:DEV (an endpoint's namespace and its veth there)",
+                                     ctx=ctx, param=param)
+        specs.append((netns, device))
+    return tuple(specs)
+
+
+def redirect_options(func):
+    options = [
+        node_option,
+        click.option("-e", "--endpoint", "endpoints", multiple=True, metavar="NETNS:DEV", callback=endpoint_spec,
+                     help="An endpoint: its namespace and its end of the veth pair to the node (repeatable)."),
+        click.option("-u", "--uplink", "uplinks", multiple=True, metavar="DEV",
+                     help="A device of the node to the outside; what arrives there for an endpoint goes "
+                          "straight to it (repeatable)."),
+        click.option("--no-route", is_flag=True,
+                     help="Only between endpoints: what is for elsewhere takes the node's stack."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+@tc.group()
+def redirect():
+    """Hand packets for an endpoint straight into its namespace, and the rest straight out."""
+
+
+def _open(netns, endpoints, uplinks, no_route, persistent: bool):
+    from .session import RedirectConfig, RedirectSession
+
+    with usage_errors():
+        config = RedirectConfig(endpoints=endpoints, uplinks=uplinks, netns=netns, route=not no_route)
+        return RedirectSession(config, persistent=persistent)
+
+
+@redirect.command("run")
+@redirect_options
+@tool_options
+@interval_arguments
+def redirect_run(netns, endpoints, uplinks, no_route, interval, count):
+    """Run in the foreground until Ctrl-C; the counters every INTERVAL seconds."""
+    out = Output.from_context()
+    with _open(netns, endpoints, uplinks, no_route, persistent=False) as session:
+        banner = f"Redirecting for {len(session.endpoints)} endpoints and {len(uplinks)} uplinks..."
+        _show_intervals(out, session, interval, count, banner)
+
+
+@redirect.command("attach")
+@redirect_options
+@tool_options
+def redirect_attach(netns, endpoints, uplinks, no_route):
+    """Attach and pin: it runs on after this command, until `ebpfkit tc detach`."""
+    session = _open(netns, endpoints, uplinks, no_route, persistent=True)
+    try:
+        _show_status(netns, session, pinned_at=session.pinned_at)
+    finally:
+        session.close()
+
+
+@tc.group()
+def endpoint():
+    """The endpoints an attached redirect serves, changed live."""
+
+
+def _on_attached(netns):
+    from .session import attached_redirect
+
+    return attached_redirect(netns)
+
+
+@endpoint.command("add")
+@node_option
+@click.argument("endpoints", nargs=-1, required=True, metavar="NETNS:DEV...", callback=endpoint_spec)
+@tool_options
+def endpoint_add(netns, endpoints):
+    """Serve these endpoints too."""
+    with _on_attached(netns) as session, usage_errors():
+        for ns, device in endpoints:
+            found = session.add_endpoint(ns, device)
+            Output.from_context().info("endpoint %s:%s (%s) added", ns, device, ", ".join(found.addresses))
+
+
+@endpoint.command("del")
+@node_option
+@click.argument("endpoints", nargs=-1, required=True, metavar="NETNS:DEV...", callback=endpoint_spec)
+@tool_options
+def endpoint_del(netns, endpoints):
+    """Stop serving these endpoints: their packets take the node's stack again."""
+    with _on_attached(netns) as session, usage_errors():
+        for ns, device in endpoints:
+            session.remove_endpoint(ns, device)
+            Output.from_context().info("endpoint %s:%s removed", ns, device)
+
+
+@endpoint.command("list")
+@node_option
+@tool_options
+def endpoint_list(netns):
+    """The endpoints served, their addresses and node-side devices."""
+    with _on_attached(netns) as session:
+        Output.from_context().table(_endpoint_table(session))
+
+
+def _endpoint_table(session) -> ResultTable:
+    rows = []
+    for (ns, device), found in sorted(session.endpoints.items()):
+        rows.append({"netns": ns, "device": device, "addresses": " ".join(found.addresses) if found else "(gone)",
+                     "node_device": found.node_device if found else "", "mac": found.mac if found else ""})
+    columns = [Column("netns", align="left"), Column("device", align="left"), Column("addresses", align="left"),
+               Column("node_device", align="left"), Column("mac", align="left")]
+    return ResultTable(columns, rows, title="endpoints")
+
+
+@tc.command()
+@node_option
+@tool_options
+def status(netns):
+    """What is attached in the node's namespace: program, uplinks, endpoints, counters."""
+    with _on_attached(netns) as session:
+        _show_status(netns, session)
+
+
+def _show_status(netns, session, **more) -> None:
+    info = {"netns": netns, "prog_id": session.prog_id, "uplinks": list(session.uplinks),
+            "endpoints": [f"{ns}:{dev}" for ns, dev in sorted(session.endpoints)], **more,
+            "counters": session.sample()}
+    summary = ResultTable([Column("attached", align="left"), Column("value", align="left")],
+                          [(k, " ".join(v) if isinstance(v, list) else v) for k, v in info.items()
+                           if k != "counters"])
+    Output.from_context().document(info, [summary, _endpoint_table(session), _counter_table(info["counters"])])
+
+
+@tc.command()
+@node_option
+@tool_options
+@interval_arguments
+def stats(netns, interval, count):
+    """The counters of what attach left: once, or every INTERVAL seconds with rates."""
+    out = Output.from_context()
+    with _on_attached(netns) as session:
+        if interval is None:
+            counters = session.sample()
+            out.document({"counters": counters}, [_counter_table(counters)])
+            return
+        _show_intervals(out, session, interval, count)
+
+
+@tc.command()
+@node_option
+def detach(netns):
+    """Detach what attach left in the node's namespace and remove its pins."""
+    from .session import detach_redirect
+
+    out = Output.from_context()
+    if detach_redirect(netns):
+        out.info("detached")
+    else:
+        out.warn("tc redirect was not attached%s", f" in namespace '{netns}'" if netns else "")
+
+
+def _show_intervals(out, session, interval, count, banner=None) -> None:
+    before, then = session.sample(), time.monotonic()
+    for _ in live_intervals(out, interval, count, banner):
+        now, counters = time.monotonic(), session.sample()
+        seconds = max(now - then, 1e-9)
+        for name, c in counters.items():
+            c["pps"] = round((c["packets"] - before[name]["packets"]) / seconds, 1)
+            c["bps"] = round(8 * (c["bytes"] - before[name]["bytes"]) / seconds, 1)
+        out.document({"counters": counters}, [_counter_table(counters)])
+        before, then = {k: dict(v) for k, v in counters.items()}, now
+
+
+def _counter_table(counters: dict) -> ResultTable:
+    rates = any("pps" in c for c in counters.values())
+    columns = ["verdict", "packets", "bytes"] + (["pps", "bps"] if rates else [])
+    rows = [{"verdict": name, **c} for name, c in counters.items()]
+    return ResultTable(columns, rows, title="counters")
