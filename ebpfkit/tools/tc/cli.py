@@ -19,6 +19,7 @@ Examples:
   ebpfkit tc redirect attach --netns node -e pod1:eth0 -u up0       pinned: runs on after the command
   ebpfkit tc endpoint add --netns node pod3:eth0                    served from now on
   ebpfkit tc endpoint list --netns node
+  ebpfkit tc steer add --netns node udp:53=pod2:eth0                DNS to the node-local cache
   ebpfkit tc stats --netns node 1 5
   ebpfkit tc detach --netns node
 """
@@ -27,7 +28,7 @@ Examples:
 @click.group(epilog=EXAMPLES)
 def tc():
     """tc fast paths: pod-to-pod and pod-to-outside without the node's stack (bpf_redirect_peer,
-    bpf_redirect_neigh)."""
+    bpf_redirect_neigh), and ports steered to an endpoint or device."""
 
 
 def node_option(func):
@@ -57,6 +58,9 @@ def redirect_options(func):
                           "straight to it (repeatable)."),
         click.option("--no-route", is_flag=True,
                      help="Only between endpoints: what is for elsewhere takes the node's stack."),
+        click.option("-s", "--steer", "steering", multiple=True, metavar="PROTO:PORT=TARGET",
+                     help="What goes to that port goes to TARGET, an endpoint NETNS:DEV or a node device "
+                          "DEV, whatever its address: udp:53=pod2:eth0 (repeatable)."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -68,11 +72,12 @@ def redirect():
     """Hand packets for an endpoint straight into its namespace, and the rest straight out."""
 
 
-def _open(netns, endpoints, uplinks, no_route, persistent: bool):
+def _open(netns, endpoints, uplinks, no_route, steering, persistent: bool):
     from .session import RedirectConfig, RedirectSession
 
     with usage_errors():
-        config = RedirectConfig(endpoints=endpoints, uplinks=uplinks, netns=netns, route=not no_route)
+        config = RedirectConfig(endpoints=endpoints, uplinks=uplinks, netns=netns, route=not no_route,
+                                steering=steering)
         return RedirectSession(config, persistent=persistent)
 
 
@@ -80,10 +85,10 @@ def _open(netns, endpoints, uplinks, no_route, persistent: bool):
 @redirect_options
 @tool_options
 @interval_arguments
-def redirect_run(netns, endpoints, uplinks, no_route, interval, count):
+def redirect_run(netns, endpoints, uplinks, no_route, steering, interval, count):
     """Run in the foreground until Ctrl-C; the counters every INTERVAL seconds."""
     out = Output.from_context()
-    with _open(netns, endpoints, uplinks, no_route, persistent=False) as session:
+    with _open(netns, endpoints, uplinks, no_route, steering, persistent=False) as session:
         banner = f"Redirecting for {len(session.endpoints)} endpoints and {len(uplinks)} uplinks..."
         _show_intervals(out, session, interval, count, banner)
 
@@ -91,9 +96,9 @@ def redirect_run(netns, endpoints, uplinks, no_route, interval, count):
 @redirect.command("attach")
 @redirect_options
 @tool_options
-def redirect_attach(netns, endpoints, uplinks, no_route):
+def redirect_attach(netns, endpoints, uplinks, no_route, steering):
     """Attach and pin: it runs on after this command, until `ebpfkit tc detach`."""
-    session = _open(netns, endpoints, uplinks, no_route, persistent=True)
+    session = _open(netns, endpoints, uplinks, no_route, steering, persistent=True)
     try:
         _show_status(netns, session, pinned_at=session.pinned_at)
     finally:
@@ -154,6 +159,49 @@ def _endpoint_table(session) -> ResultTable:
     return ResultTable(columns, rows, title="endpoints")
 
 
+@tc.group()
+def steer():
+    """Ports steered to an endpoint or a node device, changed live on an attached redirect."""
+
+
+@steer.command("add")
+@node_option
+@click.argument("rules", nargs=-1, required=True, metavar="PROTO:PORT=TARGET...")
+@tool_options
+def steer_add(netns, rules):
+    """Steer these ports (TARGET: an endpoint NETNS:DEV or a node device DEV)."""
+    with _on_attached(netns) as session, usage_errors():
+        for rule in rules:
+            Output.from_context().info("steering %s", session.steer(rule))
+
+
+@steer.command("del")
+@node_option
+@click.argument("ports", nargs=-1, required=True, metavar="PROTO:PORT...")
+@tool_options
+def steer_del(netns, ports):
+    """Stop steering these ports."""
+    from .steering import parse_port
+
+    with _on_attached(netns) as session, usage_errors():
+        for port in ports:
+            session.unsteer(*parse_port(port))
+
+
+@steer.command("list")
+@node_option
+@tool_options
+def steer_list(netns):
+    """The ports steered and where to."""
+    with _on_attached(netns) as session:
+        Output.from_context().table(_steering_table(session))
+
+
+def _steering_table(session) -> ResultTable:
+    rows = [{"protocol": r.protocol, "port": r.port, "target": r.target} for _, r in sorted(session.steering.items())]
+    return ResultTable(["protocol", "port", Column("target", align="left")], rows, title="steering")
+
+
 @tc.command()
 @node_option
 @tool_options
@@ -165,12 +213,14 @@ def status(netns):
 
 def _show_status(netns, session, **more) -> None:
     info = {"netns": netns, "prog_id": session.prog_id, "uplinks": list(session.uplinks),
-            "endpoints": [f"{ns}:{dev}" for ns, dev in sorted(session.endpoints)], **more,
+            "endpoints": [f"{ns}:{dev}" for ns, dev in sorted(session.endpoints)],
+            "steering": [str(r) for _, r in sorted(session.steering.items())], **more,
             "counters": session.sample()}
     summary = ResultTable([Column("attached", align="left"), Column("value", align="left")],
                           [(k, " ".join(v) if isinstance(v, list) else v) for k, v in info.items()
                            if k != "counters"])
-    Output.from_context().document(info, [summary, _endpoint_table(session), _counter_table(info["counters"])])
+    Output.from_context().document(info, [summary, _endpoint_table(session), _steering_table(session),
+                                          _counter_table(info["counters"])])
 
 
 @tc.command()

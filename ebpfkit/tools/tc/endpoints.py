@@ -24,8 +24,11 @@ class Endpoint:
 
     def map_entries(self) -> dict:
         """The endpoint map's {key: value} for each of its addresses (keys in network order)."""
-        value = {"ifindex": self.node_ifindex, "mac": _mac_bytes(self.mac), "node_mac": _mac_bytes(self.node_mac)}
-        return {_address_key(a): value for a in self.addresses}
+        return {_address_key(a): self.map_value() for a in self.addresses}
+
+    def map_value(self) -> dict:
+        """Its struct tc_endpoint: into its namespace by its node-side veth's peer."""
+        return target_value(self.node_ifindex, self.mac, self.node_mac, to_ingress=False)
 
 
 def resolve(netns: str, device: str, node_netns: str | None = None) -> Endpoint:
@@ -87,6 +90,22 @@ def _link_by_index(ipr, index: int | None):
 def _kind(link) -> str | None:
     info = link.get_attr("IFLA_LINKINFO")
     return info.get_attr("IFLA_INFO_KIND") if info is not None else None
+
+
+def target_value(ifindex: int, mac: str, node_mac: str, to_ingress: bool) -> dict:
+    """A struct tc_endpoint (tc.h)."""
+    return {"ifindex": ifindex, "mac": _mac_bytes(mac), "node_mac": _mac_bytes(node_mac),
+            "to_ingress": int(to_ingress), "pad": b"\0\0\0"}
+
+
+def node_device(name: str, netns: str | None = None) -> tuple[int, str]:
+    """The ifindex and MAC of the node's device ``name``; ConfigError if there is none."""
+    try:
+        with iproute(netns) as ipr:
+            link = _one_link(ipr, name, f"namespace '{netns}'" if netns else "this namespace", "steering")
+    except NoSuchNetnsError as exc:
+        raise ConfigError("netns", str(exc)) from None
+    return link["index"], link.get_attr("IFLA_ADDRESS") or "00:00:00:00:00:00"
 
 
 def _mac_bytes(mac: str) -> bytes:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from ...net import NetNS, create_veth
 from ...net.netns import in_netns
+from ...net.netns import iproute as iproute_in
 
 SUBNET = "10.77.0.0/16"  # the pods' and the remote's addresses: 10.77.N.2 behind 10.77.N.1 on the node
 NFT_TABLE = "ebpfkit_lab"
@@ -85,6 +86,28 @@ class LabNode:
                     return expr["counter"]["packets"]
         raise RuntimeError(f"no counter in the lab's forward chain: {out}")
 
+    def add_address(self, netns: str, cidr: str, device: str = "lo") -> None:
+        """Give ``device`` of ``netns`` one more address: what a DNS cache answering for a
+        service address holds. A device that is missing is made, as one end of a veth pair
+        whose ends are both there (a dummy device's stand-in: not every kernel has dummy)."""
+        with iproute_in(netns) as ipr:
+            found = ipr.link_lookup(ifname=device)
+            if not found:
+                ipr.link("add", ifname=device, kind="veth", peer=device + "p")
+                for name in (device, device + "p"):
+                    ipr.link("set", index=ipr.link_lookup(ifname=name)[0], state="up")
+                found = ipr.link_lookup(ifname=device)
+            address, prefix = cidr.split("/")
+            ipr.addr("add", index=found[0], address=address, prefixlen=int(prefix))
+
+    def add_route(self, netns: str, destination: str, gateway: str) -> None:
+        with iproute_in(netns) as ipr:
+            ipr.route("add", dst=destination, gateway=gateway)
+
+    def nft(self, command: str) -> str:
+        """An nft command in the node's namespace (a rule of a test's own)."""
+        return self._nft(command)
+
     def transfer(self, source: Place, destination: Place, size: int, chunk: int = 65536,
                  while_sending=None) -> int:
         """Send ``size`` bytes over TCP from ``source`` to ``destination``; the bytes that
@@ -118,6 +141,33 @@ class LabNode:
         finally:
             server.close()
         return received[0] if received else 0
+
+    def serve_udp(self, netns: str, address: str, port: int, answer: bytes):
+        """A UDP server in ``netns`` answering every datagram with ``answer`` (a thread);
+        close() the socket returned to stop it."""
+        sock = in_netns(netns, socket.socket, socket.AF_INET, socket.SOCK_DGRAM)
+        sock.bind((address, port))
+
+        def serve():
+            while True:
+                try:
+                    _, peer = sock.recvfrom(512)
+                    sock.sendto(answer, peer)
+                except OSError:  # closed
+                    return
+
+        threading.Thread(target=serve, daemon=True).start()
+        return sock
+
+    def ask_udp(self, source: Place, address: str, port: int, timeout: float = 2.0) -> bytes | None:
+        """One datagram from ``source`` and the answer (None if none came)."""
+        with in_netns(source.netns, socket.socket, socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.settimeout(timeout)
+            sock.sendto(b"query", (address, port))
+            try:
+                return sock.recv(512)
+            except TimeoutError:
+                return None
 
     def _netns(self, role: str) -> NetNS:
         ns = NetNS(f"{self.purpose}-{role}").create()

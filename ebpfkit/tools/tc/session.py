@@ -27,9 +27,10 @@ from ..config import ToolConfig
 from ..session import ToolSession
 from . import pins
 from .endpoints import Endpoint, device_index, resolve
+from .steering import SteerRule, parse_rule
 
 PROGRAM = os.path.join(os.path.dirname(__file__), "tc_redirect.bpf.c")
-VERDICTS = ("to_endpoint", "routed", "to_neigh", "passed")  # enum tc_verdict of tc.h, in order
+VERDICTS = ("to_endpoint", "routed", "to_neigh", "passed", "steered")  # enum tc_verdict of tc.h, in order
 
 
 @dataclass(frozen=True)
@@ -38,10 +39,13 @@ class RedirectConfig(ToolConfig):
     uplinks: tuple = ()      # the node's devices to the outside (their ingress gets the program too)
     netns: str | None = None  # the node's namespace (None: this process's)
     route: bool = True       # also send what is for elsewhere out by the FIB (else: to the stack)
+    steering: tuple = ()     # SteerRules, or their text: "udp:53=pod2:eth0", "tcp:53=dns0"
 
     def __post_init__(self):
         object.__setattr__(self, "endpoints", tuple(tuple(e) for e in self.endpoints))
         object.__setattr__(self, "uplinks", tuple(self.uplinks))
+        object.__setattr__(self, "steering", tuple(r if isinstance(r, SteerRule) else parse_rule(r)
+                                                   for r in self.steering))
         super().__post_init__()
 
 
@@ -52,6 +56,32 @@ class _Redirect(ToolSession):
 
     netns: str | None
     endpoints: dict
+    steering: dict  # (protocol, port) -> SteerRule
+
+    def steer(self, rule: SteerRule | str) -> SteerRule:
+        """Send what goes to the rule's port to its target from now on (replacing a rule of
+        that port)."""
+        rule = rule if isinstance(rule, SteerRule) else parse_rule(rule)
+        self._steering.update(rule.key, rule.value(self.netns))
+        self.steering[(rule.protocol, rule.port)] = rule
+        self._changed()
+        return rule
+
+    def unsteer(self, protocol: str, port: int) -> None:
+        """Stop steering that port."""
+        rule = self.steering.pop((protocol, port), None)
+        if rule is None:
+            from ...errors import ConfigError
+
+            raise ConfigError("steering", f"{protocol}:{port} is not steered here")
+        self._steering.pop(rule.key, None)
+        self._changed()
+
+    def _changed(self) -> None:
+        """The endpoints or steering changed (a pinned one records them)."""
+
+    def _record(self) -> dict:
+        return {"endpoints": [list(key) for key in self.endpoints], "steering": [str(r) for r in self.steering.values()]}
 
     def add_endpoint(self, netns: str, device: str) -> Endpoint:
         """Serve one more endpoint: its addresses reach it directly from now on."""
@@ -59,6 +89,7 @@ class _Redirect(ToolSession):
         self._map.update_many(endpoint.map_entries().items())
         self.endpoints[(netns, device)] = endpoint
         self._attach(endpoint.node_ifindex)
+        self._changed()
         return endpoint
 
     def remove_endpoint(self, netns: str, device: str) -> None:
@@ -71,6 +102,7 @@ class _Redirect(ToolSession):
         for key in endpoint.map_entries():
             self._map.pop(key, None)
         self._detach(endpoint.node_ifindex)
+        self._changed()
 
     def sample(self) -> dict:
         """What the program did since it was attached: {verdict: {"packets": n, "bytes": n}}."""
@@ -101,7 +133,7 @@ class RedirectSession(_Redirect):
             raise NotSupportedError("tcx", "a tc program that outlives its command needs tcx links (6.6+), "
                                     "which can be pinned: this kernel attaches tc programs as clsact filters",
                                     hint="`ebpfkit tc redirect run` runs it in the foreground here")
-        self.config, self.netns, self.endpoints = config, config.netns, {}
+        self.config, self.netns, self.endpoints, self.steering = config, config.netns, {}, {}
         self._links: dict[int, object] = {}  # node ifindex -> its link
         uplinks = [device_index(name, config.netns) for name in config.uplinks]
         resolved = [resolve(ns, dev, config.netns) for ns, dev in config.endpoints]
@@ -114,16 +146,19 @@ class RedirectSession(_Redirect):
             spec.rodata["targ_route"] = config.route
             self._obj = spec.load()
             self._map, self._counters = self._obj.maps["endpoints"], self._obj.maps["counters"]
+            self._steering = self._obj.maps["steering"]
             self._prog = self._obj.programs[pins.PROGRAM]
             if self._pins is not None:
                 self._pins.pin_maps(self._obj)
                 self._pins.pin("prog", self._prog.fd)
             for endpoint in resolved:
                 self.add_endpoint(endpoint.netns, endpoint.device)
+            for rule in config.steering:
+                self.steer(rule)
             for ifindex in uplinks:
                 self._attach(ifindex)
             if self._pins is not None:
-                self._pins.seal(endpoints=[list(key) for key in self.endpoints])
+                self._pins.seal(**self._record())
         except BaseException:
             if self._pins is not None:
                 self._pins.remove()
@@ -143,11 +178,9 @@ class RedirectSession(_Redirect):
     def prog_id(self) -> int:
         return self._prog.info().id
 
-    def add_endpoint(self, netns: str, device: str) -> Endpoint:
-        endpoint = super().add_endpoint(netns, device)
-        if self._pins is not None and self._pins.record().get("pins"):
-            self._pins.seal(endpoints=[list(key) for key in self.endpoints])
-        return endpoint
+    def _changed(self) -> None:
+        if self._pins is not None and self._pins.record().get("pins"):  # sealed: a change since
+            self._pins.seal(**self._record())
 
     def _attach(self, ifindex: int) -> None:
         if ifindex in self._links:
@@ -161,7 +194,6 @@ class RedirectSession(_Redirect):
         link = self._links.pop(ifindex, None)
         if self._pins is not None:
             self._pins.drop(pins.link_name(ifindex))
-            self._pins.seal(endpoints=[list(key) for key in self.endpoints])
         if link is not None:
             link.close()
 
@@ -189,6 +221,8 @@ class AttachedRedirect(_Redirect):
         self.uplinks = tuple(record.get("uplinks", ()))
         self._map = KernelMap.open_pinned(os.path.join(self._pins.path, "endpoints"))
         self._counters = KernelMap.open_pinned(os.path.join(self._pins.path, "counters"))
+        self._steering = KernelMap.open_pinned(os.path.join(self._pins.path, "steering"))
+        self.steering = {(r.protocol, r.port): r for r in map(parse_rule, record.get("steering", ()))}
         self._prog = KernelProgram.open_pinned(os.path.join(self._pins.path, "prog"))
         self.endpoints = {}
         for ns, dev in record.get("endpoints", ()):
@@ -203,14 +237,22 @@ class AttachedRedirect(_Redirect):
 
     def add_endpoint(self, netns: str, device: str) -> Endpoint:
         with self._pins.locked():
-            endpoint = super().add_endpoint(netns, device)
-            self._pins.seal(endpoints=[list(key) for key in self.endpoints])
-        return endpoint
+            return super().add_endpoint(netns, device)
 
     def remove_endpoint(self, netns: str, device: str) -> None:
         with self._pins.locked():
             super().remove_endpoint(netns, device)
-            self._pins.seal(endpoints=[list(key) for key in self.endpoints])
+
+    def steer(self, rule: SteerRule | str) -> SteerRule:
+        with self._pins.locked():
+            return super().steer(rule)
+
+    def unsteer(self, protocol: str, port: int) -> None:
+        with self._pins.locked():
+            super().unsteer(protocol, port)
+
+    def _changed(self) -> None:
+        self._pins.seal(**self._record())
 
     def _attach(self, ifindex: int) -> None:
         from ...engine import links
@@ -228,7 +270,7 @@ class AttachedRedirect(_Redirect):
         self._pins.drop(pins.link_name(ifindex))
 
     def close(self) -> None:
-        for resource in (self._map, self._counters, self._prog):
+        for resource in (self._map, self._counters, self._steering, self._prog):
             resource.close()
 
 

@@ -10,6 +10,16 @@ struct tc_endpoint {
 	__u32 ifindex;       /* the node-side veth: bpf_redirect_peer delivers into its peer */
 	__u8 mac[6];         /* the endpoint's own (its namespace's veth end) */
 	__u8 node_mac[6];    /* the node-side veth's: the frame's source, as from its gateway */
+	__u8 to_ingress;     /* steering to a node device: into its ingress (mac: the device's) */
+	__u8 pad[3];
+};
+
+/* Steering: what goes to a port (of a protocol) goes to one endpoint or node device, whatever
+ * its address (a node-local DNS cache answering for the cluster's DNS address). */
+struct tc_steer_key {
+	__u8 protocol; /* IPPROTO_TCP or IPPROTO_UDP */
+	__u8 pad;
+	__be16 port;   /* destination port */
 };
 
 /* what the program did with each packet it saw */
@@ -18,6 +28,7 @@ enum tc_verdict {
 	TC_ROUTED,          /* out of the node by the FIB's device, next hop's MAC known: bpf_redirect */
 	TC_TO_NEIGH,        /* out of the node by the FIB's device, the kernel resolving the next hop: bpf_redirect_neigh */
 	TC_PASSED,          /* not ours (not IPv4, for this node, TTL expiring, no route): the normal stack */
+	TC_STEERED,         /* to the endpoint or device its destination port is steered to */
 	TC_VERDICTS,
 };
 

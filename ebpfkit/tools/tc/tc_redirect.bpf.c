@@ -14,6 +14,9 @@
 #define ETH_P_IP 0x0800
 #define AF_INET 2
 #define TC_ACT_OK 0
+#define IPPROTO_TCP 6
+#define IPPROTO_UDP 17
+#define IP_OFFSET_MASK 0x3FFF /* a fragment's offset and "more fragments": only a first, whole packet has ports */
 
 const volatile bool targ_route = true; /* also send what is for elsewhere out by the FIB */
 
@@ -23,6 +26,13 @@ struct {
 	__type(key, __be32);
 	__type(value, struct tc_endpoint);
 } endpoints SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__type(key, struct tc_steer_key);
+	__type(value, struct tc_endpoint);
+} steering SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -52,6 +62,19 @@ static __always_inline void ttl_decrement(struct iphdr *ip)
 	ip->ttl--;
 }
 
+/* The endpoint or device the packet's destination port is steered to, or NULL. */
+static __always_inline struct tc_endpoint *steered(struct iphdr *ip, void *data_end)
+{
+	struct tc_steer_key key = {.protocol = ip->protocol};
+	__be16 *ports = (void *)ip + ip->ihl * 4;
+
+	if ((ip->protocol != IPPROTO_TCP && ip->protocol != IPPROTO_UDP) || ip->ihl < 5 ||
+	    (ip->frag_off & bpf_htons(IP_OFFSET_MASK)) || (void *)(ports + 2) > data_end)
+		return NULL;
+	key.port = ports[1];
+	return bpf_map_lookup_elem(&steering, &key);
+}
+
 SEC("tc")
 int tc_redirect(struct __sk_buff *skb)
 {
@@ -64,6 +87,15 @@ int tc_redirect(struct __sk_buff *skb)
 
 	if ((void *)(ip + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP) || ip->ttl <= 1)
 		return counted(TC_PASSED, skb, TC_ACT_OK); /* an expiring TTL: the stack says so (ICMP) */
+	to = steered(ip, data_end);
+	if (to && to->ifindex != skb->ifindex) {
+		__builtin_memcpy(eth->h_dest, to->mac, sizeof(eth->h_dest));
+		if (to->to_ingress) /* a node device's: the node's stack takes it as arrived there */
+			return counted(TC_STEERED, skb, bpf_redirect(to->ifindex, BPF_F_INGRESS));
+		ttl_decrement(ip);
+		__builtin_memcpy(eth->h_source, to->node_mac, sizeof(eth->h_source));
+		return counted(TC_STEERED, skb, bpf_redirect_peer(to->ifindex, 0));
+	}
 	to = bpf_map_lookup_elem(&endpoints, &ip->daddr);
 	if (to) {
 		if (to->ifindex == skb->ifindex) /* back where it came from: the stack's business */
