@@ -81,3 +81,95 @@ def test_tc_attach_takes_this_kernels_path_and_counts(veth_pair, netns, peer_net
     finally:
         receiver.close()
         sender.close()
+
+
+# --- ebpfkit tc redirect on this kernel's path -----------------------------------------------------
+
+def test_tc_redirect_skips_the_nodes_stack_on_this_kernels_path(ebpfkit_vm_kernel, kernel_version):
+    """The lab node (tools/tc/lab.py): pod to pod and pod to remote arrive whole while the
+    node's nftables forward counter stays at 0; on 6.1 through clsact filters (which the
+    kernel lists while it runs, and which are gone after), on 6.12 through tcx links. A
+    persistent attach needs tcx: 6.1 says so (exit 3), 6.12 pins it."""
+    from ebpfkit.errors import NotSupportedError
+    from ebpfkit.tools import tc
+    from ebpfkit.tools.tc.lab import LabNode
+
+    size = 1 << 20
+    with LabNode() as lab:
+        pod1, pod2 = lab.pods
+        settings = {"netns": lab.node.name, "endpoints": [(p.netns, p.device) for p in lab.pods],
+                    "uplinks": [lab.remote.node_device]}
+        with tc.open_redirect(**settings) as session:
+            filters = tc_filters(lab.node.name, pod1.node_device)
+            assert ("tc_redirect" in filters) == (kernel_version < (6, 6)), filters
+            lab.reset_forwarded()
+            assert lab.transfer(pod1, pod2, size) == size and lab.transfer(pod1, lab.remote, size) == size
+            assert lab.forwarded() == 0
+            assert session.sample()["to_endpoint"]["packets"] > 0
+        assert "tc_redirect" not in tc_filters(lab.node.name, pod1.node_device)
+        lab.reset_forwarded()
+        assert lab.transfer(pod1, pod2, size) == size and lab.forwarded() > 0
+        if kernel_version < (6, 6):
+            with pytest.raises(NotSupportedError, match="needs tcx links"):
+                tc.attach_redirect(**settings)
+        else:
+            tc.attach_redirect(**settings).close()
+            try:
+                lab.reset_forwarded()
+                assert lab.transfer(pod1, pod2, size) == size and lab.forwarded() == 0
+            finally:
+                assert tc.detach_redirect(lab.node.name)
+
+
+def iperf3(lab, source, destination, seconds: float, udp_rate: str | None = None) -> float:
+    """Bits per second the receiver got from ``source`` (TCP, or UDP at ``udp_rate``)."""
+    import json
+    import time
+
+    server = subprocess.Popen(["ip", "netns", "exec", destination.netns, "iperf3", "-s", "-B", destination.address,
+                               "-p", "5299", "-1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(1.0)
+        udp = ["-u", "-b", udp_rate] if udp_rate else []
+        out = subprocess.run(["ip", "netns", "exec", source.netns, "iperf3", "-c", destination.address, "-p", "5299",
+                              "-t", str(seconds), "-J", *udp], capture_output=True, text=True, timeout=120).stdout
+    finally:
+        server.kill()
+        server.wait()
+    end = json.loads(out)["end"]
+    return (end["sum"] if udp_rate else end["sum_received"])["bits_per_second"]
+
+
+def test_tc_ratelimit_paces_an_endpoint_to_its_rate_and_drops_beyond_the_horizon():
+    """EDT at the uplink's egress for pod1: an iperf3 stream to the remote gets the configured
+    rate within 5% at 10 and 100 Mbit/s (TCP goodput: the rate counts IP bytes); pod2, not
+    limited, is not held to it; with a 1 ms horizon, a UDP flood at 5x the rate is dropped
+    and counted. fq is on the device meanwhile and gone after."""
+    from ebpfkit.tools import tc
+    from ebpfkit.tools.tc.lab import LabNode
+
+    with LabNode() as lab:
+        pod1, pod2 = lab.pods
+        uplink = lab.remote.node_device
+        for mbit in (10, 100):
+            with tc.open_ratelimit(netns=lab.node.name, device=uplink,
+                                   rules=[f"endpoint {pod1.netns}:eth0 rate {mbit}mbit"]) as session:
+                assert "qdisc fq" in qdiscs(lab.node.name, uplink)
+                got = iperf3(lab, pod1, lab.remote, 5) / 1e6
+                other = iperf3(lab, pod2, lab.remote, 2) / 1e6
+                [row] = session.sample()
+            goodput = mbit * 1448 / 1500  # TCP payload of a 1500-byte IP packet with timestamps
+            assert abs(got - goodput) <= 0.05 * goodput, (mbit, got)
+            assert other > 1.5 * mbit or other > 1.5 * got, (mbit, other)
+            assert row["delayed"] > 0 and row["bytes"] > 0, row
+        assert "qdisc fq" not in qdiscs(lab.node.name, uplink)
+        with tc.open_ratelimit(netns=lab.node.name, device=uplink,
+                               rules=[f"src {pod1.address} rate 10mbit horizon 1ms"]) as session:
+            received = iperf3(lab, pod1, lab.remote, 3, udp_rate="50M") / 1e6
+            [row] = session.sample()
+        assert row["dropped"] > 0 and received <= 10 * 1.1, (row, received)
+
+
+def qdiscs(netns: str, dev: str) -> str:
+    return subprocess.run(["tc", "-n", netns, "qdisc", "show", "dev", dev], capture_output=True, text=True,
+                          check=True).stdout

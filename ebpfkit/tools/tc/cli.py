@@ -20,6 +20,7 @@ Examples:
   ebpfkit tc endpoint add --netns node pod3:eth0                    served from now on
   ebpfkit tc endpoint list --netns node
   ebpfkit tc steer add --netns node udp:53=pod2:eth0                DNS to the node-local cache
+  ebpfkit tc ratelimit run --netns node -d up0 -r 'endpoint pod1:eth0 rate 10mbit' 1
   ebpfkit tc stats --netns node 1 5
   ebpfkit tc detach --netns node
 """
@@ -157,6 +158,34 @@ def _endpoint_table(session) -> ResultTable:
     columns = [Column("netns", align="left"), Column("device", align="left"), Column("addresses", align="left"),
                Column("node_device", align="left"), Column("mac", align="left")]
     return ResultTable(columns, rows, title="endpoints")
+
+
+@tc.group()
+def ratelimit():
+    """EDT rate limiting of what leaves a device (fq holds each packet until its departure time)."""
+
+
+@ratelimit.command("run")
+@node_option
+@click.option("-d", "--dev", "device", required=True, metavar="DEV", help="The node's device whose egress is paced.")
+@click.option("-r", "--rule", "rules", multiple=True, required=True, metavar="RULE",
+              help="'src ADDR|endpoint NETNS:DEV|cgroup PATH rate R [horizon T]': R in bit, kbit, mbit, gbit "
+                   "(or bps, kbps, mbps, gbps), T in s, ms, us (default 2s) (repeatable).")
+@tool_options
+@interval_arguments
+def ratelimit_run(netns, device, rules, interval, count):
+    """Pace in the foreground until Ctrl-C (fq on DEV meanwhile); the rules' counters every INTERVAL."""
+    from .ratelimit import RateLimitConfig, RateLimitSession
+
+    out = Output.from_context()
+    with usage_errors():
+        session = RateLimitSession(RateLimitConfig(device=device, rules=rules, netns=netns))
+    with session:
+        columns = [Column("rule", align="left"), Column("key", align="left"), "rate_bps", "horizon_ms", "passed",
+                   "delayed", "dropped", "bytes"]
+        for _ in live_intervals(out, interval, count, f"Pacing {len(rules)} rules on {device}..."):
+            rows = session.sample()
+            out.document({"rules": rows}, [ResultTable(columns, rows, title="rules")])
 
 
 @tc.group()

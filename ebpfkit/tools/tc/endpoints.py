@@ -62,11 +62,11 @@ def resolve(netns: str, device: str, node_netns: str | None = None) -> Endpoint:
                         peer.get_attr("IFLA_ADDRESS"))
 
 
-def device_index(name: str, netns: str | None = None) -> int:
-    """The ifindex of the node's device ``name`` (an uplink); ConfigError if there is none."""
+def device_index(name: str, netns: str | None = None, field: str = "uplinks") -> int:
+    """The ifindex of the node's device ``name``; ConfigError (naming ``field``) if there is none."""
     try:
         with iproute(netns) as ipr:
-            return _one_link(ipr, name, f"namespace '{netns}'" if netns else "this namespace", "uplinks")["index"]
+            return _one_link(ipr, name, f"namespace '{netns}'" if netns else "this namespace", field)["index"]
     except NoSuchNetnsError as exc:
         raise ConfigError("netns", str(exc)) from None
 

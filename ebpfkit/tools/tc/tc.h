@@ -37,4 +37,28 @@ struct tc_counter {
 	__u64 bytes;
 };
 
+/* EDT rate limiting: a rule matches what leaves a device by its source address or its
+ * socket's cgroup, and paces it to a rate by stamping each packet with its earliest departure
+ * time, which the fq qdisc keeps it until; beyond the horizon a packet is dropped. */
+enum tc_match {
+	TC_MATCH_ADDRESS = 1, /* value: an IPv4 source address, network order */
+	TC_MATCH_CGROUP = 2,  /* value: a cgroup v2 id (the sending socket's) */
+};
+
+struct tc_rate_key {
+	__u32 match; /* enum tc_match */
+	__u32 pad;
+	__u64 value;
+};
+
+struct tc_rate {
+	__u64 bytes_per_sec;
+	__u64 horizon_ns;
+	__u64 next_ns;  /* when the next packet may leave: the last one's departure plus its time */
+	__u64 passed;   /* left at once */
+	__u64 delayed;  /* stamped to leave later */
+	__u64 dropped;  /* would have left beyond the horizon */
+	__u64 bytes;    /* passed or delayed */
+};
+
 #endif
