@@ -15,7 +15,6 @@ import sys
 import pytest
 
 from helpers import signalled_run_leaves_nothing
-from ebpfkit.tools.tc.lab import LabNode
 
 pytestmark = [
     pytest.mark.integration,
@@ -23,14 +22,6 @@ pytestmark = [
 ]
 
 SIZE = 2 << 20
-
-
-@pytest.fixture
-def lab():
-    with LabNode() as node:
-        yield node
-        subprocess.run([sys.executable, "-m", "ebpfkit", "tc", "detach", "--netns", node.node.name],
-                       capture_output=True, timeout=60)  # whatever a failed test left attached
 
 
 def ek(*args, fmt: str | None = None) -> subprocess.CompletedProcess:

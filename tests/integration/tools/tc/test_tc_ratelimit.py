@@ -10,8 +10,6 @@ import sys
 
 import pytest
 
-from ebpfkit.tools.tc.lab import LabNode
-
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(os.geteuid() != 0, reason="loads BPF programs, creates namespaces: needs root"),
@@ -31,31 +29,29 @@ def root_qdisc(lab, device: str) -> str:
         return [q.get_attr("TCA_KIND") for q in ipr.get_qdiscs(index) if q["parent"] == 0xFFFFFFFF][0]
 
 
-def test_without_fq_it_says_so_and_leaves_the_device_alone():
+def test_without_fq_it_says_so_and_leaves_the_device_alone(lab):
     from ebpfkit.engine import features
 
-    with LabNode() as lab:
-        assert not os.path.exists("/sys/module/sch_fq"), "this host was expected to have no fq"
-        before = root_qdisc(lab, lab.remote.node_device)
-        done = ek("--netns", lab.node.name, "-d", lab.remote.node_device, "-r", f"src {lab.pods[0].address} rate 10mbit",
-                  "1", "1")
-        assert done.returncode == 3 and "no fq qdisc" in done.stderr and "Traceback" not in done.stderr, done.stderr
-        assert root_qdisc(lab, lab.remote.node_device) == before
-        assert features.probe("tc").supported  # tc itself works here: it is fq that is missing
+    assert not os.path.exists("/sys/module/sch_fq"), "this host was expected to have no fq"
+    before = root_qdisc(lab, lab.remote.node_device)
+    done = ek("--netns", lab.node.name, "-d", lab.remote.node_device, "-r", f"src {lab.pods[0].address} rate 10mbit",
+              "1", "1")
+    assert done.returncode == 3 and "no fq qdisc" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert root_qdisc(lab, lab.remote.node_device) == before
+    assert features.probe("tc").supported  # tc itself works here: it is fq that is missing
 
 
-def test_bad_rules_and_devices_are_named():
-    with LabNode() as lab:
-        node, dev = lab.node.name, lab.remote.node_device
-        for args, message in (
-                (["-d", dev, "-r", "src 10.0.0.1 rate fast"], "is not a rate"),
-                (["-d", dev, "-r", "src 10.0.0.1 rate 0mbit"], "is not a rate"),
-                (["-d", dev, "-r", "src 10.0.0.300 rate 1mbit"], "is not an IPv4 address"),
-                (["-d", dev, "-r", "src 10.0.0.1 rate 1mbit horizon soon"], "is not a horizon"),
-                (["-d", dev, "-r", "dst 10.0.0.1 rate 1mbit"], "is not 'src ADDR"),
-                (["-d", dev, "-r", "endpoint nocolon rate 1mbit"], "is not NETNS:DEV"),
-                (["-d", "nope3", "-r", "src 10.0.0.1 rate 1mbit"], "no device 'nope3'"),
-                (["-d", dev, "-r", "cgroup /nonexistent/cg rate 1mbit"], "does not exist")):
-            done = ek("--netns", node, *args, "1", "1")
-            assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr, \
-                (args, done.stderr)
+def test_bad_rules_and_devices_are_named(lab):
+    node, dev = lab.node.name, lab.remote.node_device
+    for args, message in (
+            (["-d", dev, "-r", "src 10.0.0.1 rate fast"], "is not a rate"),
+            (["-d", dev, "-r", "src 10.0.0.1 rate 0mbit"], "is not a rate"),
+            (["-d", dev, "-r", "src 10.0.0.300 rate 1mbit"], "is not an IPv4 address"),
+            (["-d", dev, "-r", "src 10.0.0.1 rate 1mbit horizon soon"], "is not a horizon"),
+            (["-d", dev, "-r", "dst 10.0.0.1 rate 1mbit"], "is not 'src ADDR"),
+            (["-d", dev, "-r", "endpoint nocolon rate 1mbit"], "is not NETNS:DEV"),
+            (["-d", "nope3", "-r", "src 10.0.0.1 rate 1mbit"], "no device 'nope3'"),
+            (["-d", dev, "-r", "cgroup /nonexistent/cg rate 1mbit"], "does not exist")):
+        done = ek("--netns", node, *args, "1", "1")
+        assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr, \
+            (args, done.stderr)

@@ -10,20 +10,12 @@ import os
 
 import pytest
 
-from ebpfkit.tools.tc.lab import LabNode
-
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(os.geteuid() != 0, reason="loads BPF programs, creates namespaces: needs root"),
 ]
 
 SIZE = 4 << 20
-
-
-@pytest.fixture
-def lab():
-    with LabNode() as node:
-        yield node
 
 
 def open_on(lab, **settings):

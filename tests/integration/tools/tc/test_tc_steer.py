@@ -11,8 +11,6 @@ import os
 
 import pytest
 
-from ebpfkit.tools.tc.lab import LabNode
-
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(os.geteuid() != 0, reason="loads BPF programs, creates namespaces: needs root"),
@@ -22,15 +20,15 @@ DNS = "10.96.0.10"
 
 
 @pytest.fixture
-def lab():
-    with LabNode() as node:
-        node.add_address(node.remote.netns, f"{DNS}/32")
-        node.add_route(node.node.name, f"{DNS}/32", node.remote.address)
-        servers = [node.serve_udp(node.remote.netns, DNS, 53, b"remote"),
-                   node.serve_udp(node.remote.netns, DNS, 5353, b"remote 5353")]
-        yield node
-        for server in servers:
-            server.close()
+def lab(lab):
+    """The lab node, the remote answering for the DNS address (on ports 53 and 5353)."""
+    lab.add_address(lab.remote.netns, f"{DNS}/32")
+    lab.add_route(lab.node.name, f"{DNS}/32", lab.remote.address)
+    servers = [lab.serve_udp(lab.remote.netns, DNS, 53, b"remote"),
+               lab.serve_udp(lab.remote.netns, DNS, 5353, b"remote 5353")]
+    yield lab
+    for server in servers:
+        server.close()
 
 
 def open_on(lab, **settings):
