@@ -159,12 +159,13 @@ class NativeEvents:
         self._ready: deque = deque()
         self._lost = 0
         self.ring = type(self._table).__name__ == "RingBuf"
+        self._epoll = None
+        self._closed = False
         if self.ring:
             self._table.open_ring_buffer(lambda _ctx, data, _size: self._got(data))
         else:
             self._table.open_perf_buffer(lambda _cpu, data, _size: self._got(data), lost_cb=self._count_lost)
-        self._epoll = None
-        self._closed = False
+            self._epoll = self._perf_epoll()
 
     def _got(self, data) -> None:
         self._ready.append(plain(self._table.event(data)))
@@ -221,15 +222,19 @@ class NativeEvents:
             from ..engine.events import foreign_ring_buffer_fd
 
             return foreign_ring_buffer_fd(self._bpf._ringbuf_manager)
-        if self._epoll is None:
-            from .native import module
-
-            lib = module().libbcc.lib
-            self._epoll = select.epoll()
-            for (owner, _cpu), reader in self._bpf.perf_buffers.items():
-                if owner == id(self._table):
-                    self._epoll.register(lib.perf_reader_fd(reader), select.EPOLLIN)
         return self._epoll.fileno()
+
+    def _perf_epoll(self):
+        """An epoll set over this table's perf readers, made as they are opened: a perf event
+        that signalled before it joined a set would not make the set readable later."""
+        from .native import module
+
+        lib = module().libbcc.lib
+        epoll = select.epoll()
+        for (owner, _cpu), reader in self._bpf.perf_buffers.items():
+            if owner == id(self._table):
+                epoll.register(lib.perf_reader_fd(reader), select.EPOLLIN)
+        return epoll
 
     def close(self) -> None:
         """Stop reading: the perf readers are freed (BCC's cleanup() frees a ring buffer's)."""

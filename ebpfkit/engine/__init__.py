@@ -53,7 +53,7 @@ def kernel_enum(enumerator: str, btf: str | None = None) -> dict[str, int]:
     from .btf import find_kernel_btf
     from .slimheader import _ENUM, _ENUM64, KernelTypes
 
-    with KernelTypes(find_kernel_btf(btf)) as types:
+    with KernelTypes(find_kernel_btf(btf, for_compiling=False)) as types:
         for type_id in types.ids(enumerator.encode()):
             if types.kind(type_id) in (_ENUM, _ENUM64):
                 return types.enumerators(type_id)
@@ -66,7 +66,7 @@ def kernel_struct_members(name: str, btf: str | None = None) -> list[str]:
     from .btf import find_kernel_btf
     from .slimheader import _STRUCT, KernelTypes
 
-    with KernelTypes(find_kernel_btf(btf)) as types:
+    with KernelTypes(find_kernel_btf(btf, for_compiling=False)) as types:
         type_id = types.find(name.encode(), _STRUCT)
         return [] if type_id <= 0 else [m.decode() for m, _ in types.members(type_id)]
 

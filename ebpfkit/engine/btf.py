@@ -168,12 +168,14 @@ def user_btf_path() -> str | None:
     return os.environ.get(BTF_ENV) or None
 
 
-def find_kernel_btf(path: str | None = None) -> KernelBTF:
+def find_kernel_btf(path: str | None = None, for_compiling: bool = True) -> KernelBTF:
     """The BTF to compile against: ``path``, else $EBPFKIT_BTF, else the running kernel's.
 
     $EBPFKIT_COMPILE_BTF names a BTF used only for compiling (its vmlinux.h), while CO-RE
     still relocates against the running kernel: a VM guest reuses the host's cached
-    type index, headers and objects that way instead of compiling under emulation.
+    type index, headers and objects that way instead of compiling under emulation. What is
+    asked about the running kernel itself (its enums, a struct's members) passes
+    ``for_compiling=False``, which that variable does not change.
     """
     chosen = path or user_btf_path()
     custom = bool(chosen)
@@ -184,7 +186,7 @@ def find_kernel_btf(path: str | None = None) -> KernelBTF:
             "btf", f"this kernel exposes no BTF ({KERNEL_BTF} is missing or empty) and no --btf FILE was given",
             hint=BTF_SOURCES_HINT)
     else:
-        chosen = os.environ.get(COMPILE_BTF_ENV) or KERNEL_BTF
+        chosen = (os.environ.get(COMPILE_BTF_ENV) if for_compiling else None) or KERNEL_BTF
     index_path = os.path.join(cache.subdir("btf"), "index.rec")
     index = cache.read_record(index_path) or {}
     per_boot = chosen == KERNEL_BTF  # sysfs files keep their identity only within one boot

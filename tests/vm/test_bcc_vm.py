@@ -205,3 +205,30 @@ def test_hardirqs_on_bccs_engine_counts_what_proc_interrupts_counts():
     for irq, n in busy.items():
         assert abs(counted.get(irq, 0) - n) <= max(5, n // 10), (irq, after[irq][0], counted.get(irq), n)
         assert after[irq][0] in {s.name for s in stats if s.irq == irq}
+
+
+def test_kernel_facts_are_the_running_kernels_not_those_it_compiles_against():
+    """The guest compiles against the host's BTF (EBPFKIT_COMPILE_BTF, for the host's cache),
+    but a script asking about the kernel gets 6.1's answer: renamedata's first member is
+    old_mnt_userns there (mnt_idmap since 6.3), which filelife picks its probes' arguments by."""
+    from ebpfkit.engine import kernel_struct_members
+
+    assert os.environ.get("EBPFKIT_COMPILE_BTF"), "the harness was expected to share the host's BTF"
+    assert kernel_struct_members("renamedata")[0] == "old_mnt_userns"
+    assert BPF.kernel_struct_has_field(b"renamedata", b"old_mnt_userns")
+
+
+def test_bccs_filelife_shows_a_file_created_and_removed(tmp_path):
+    """filelife: kprobes on vfs_create/vfs_open/security_inode_create and vfs_unlink, whose
+    arguments it reads by the kernel's renamedata (6.1: a user namespace first)."""
+    marked = tmp_path / f"ekfl{os.getpid()}"
+
+    def act():
+        for _ in range(3):
+            marked.write_text("x")
+            time.sleep(0.2)
+            marked.unlink()
+
+    lines, err = run_tool_while(["filelife"], "FILE", act)
+    seen = [line for line in lines if line.rstrip().endswith(marked.name)]
+    assert len(seen) >= 3 and all(f" {os.getpid()} " in f" {line} " for line in seen), "".join(lines[-40:]) + err

@@ -137,7 +137,9 @@ def iperf3(lab, source, destination, seconds: float, udp_rate: str | None = None
         server.kill()
         server.wait()
     end = json.loads(out)["end"]
-    return (end["sum"] if udp_rate else end["sum_received"])["bits_per_second"]
+    if not udp_rate:
+        return end["sum_received"]["bits_per_second"]
+    return end["sum"]["bits_per_second"] * (1 - end["sum"]["lost_percent"] / 100)  # what the server got
 
 
 def test_tc_ratelimit_paces_an_endpoint_to_its_rate_and_drops_beyond_the_horizon():

@@ -176,6 +176,8 @@ class RateLimitSession(ToolSession):
                 raise QdiscInUseError(f"{self.config.device} has a root qdisc of its own ({kind}): it is not "
                                       "replaced", hint=f"`tc qdisc del dev {self.config.device} root` first, if "
                                       "nothing needs it")
+            if kind == "fq":
+                return kind  # already there, with whatever settings its owner chose
             try:
                 ipr.tc("replace", "fq", self.ifindex, 0x10000)
             except NetlinkError as exc:
@@ -194,7 +196,7 @@ class RateLimitSession(ToolSession):
         try:
             with iproute(self.netns) as ipr:
                 if self._previous_qdisc != "fq":
-                    ipr.tc("del", index=self.ifindex, handle=0x10000)  # the kernel puts its default back
+                    ipr.tc("del", index=self.ifindex, root=True)  # the kernel puts its default back
         except NetlinkError:
             pass  # the device is gone, or its qdisc was changed since
         self._previous_qdisc = None
