@@ -1,4 +1,4 @@
-"""Removing clsact filters when the process that attached them dies.
+"""Removing clsact filters (and root qdiscs) when the process that made them dies.
 
 On kernels without tcx links (< 6.6) a tc program is attached as a clsact filter, which is a
 netlink object: unlike a bpf_link it stays when its process is killed, even though nothing
@@ -9,7 +9,9 @@ ifindex, attach point, handle, priority and program id) and unregistered by a cl
 When the socket reads end-of-file, the parent is gone, however it died: the reaper removes
 every filter still registered, where the filter still runs the same program, and exits. It
 also exits when the last filter is unregistered: no process lingers while nothing needs it
-(the next clsact attach starts another).
+(the next clsact attach starts another). A root qdisc a tool put on a device for as long as
+it runs (tc ratelimit's fq) is registered the same way, and deleted (the kernel's default
+comes back) if it is still the one of that kind and handle.
 
 Run as ``python -m ebpfkit.engine.reaper FD``; it imports only ctypes and libbpf.
 """
@@ -61,11 +63,19 @@ def _child_pid_changed() -> bool:
 def register(netns_fd: int, ifindex: int, attach_point: int, handle: int, priority: int,
              prog_id: int) -> int:
     """Have the reaper remove this filter if this process dies before ``unregister(key)``."""
+    return _add({"ifindex": ifindex, "point": attach_point, "handle": handle, "priority": priority,
+                 "prog_id": prog_id}, netns_fd)
+
+
+def register_root_qdisc(netns_fd: int, ifindex: int, kind: str, handle: int) -> int:
+    """Have the reaper delete this root qdisc if this process dies before ``unregister(key)``."""
+    return _add({"what": "qdisc", "ifindex": ifindex, "kind": kind, "handle": handle}, netns_fd)
+
+
+def _add(entry: dict, netns_fd: int) -> int:
     with _lock:
         key = next(_keys)
-        message = {"op": "add", "key": key, "ifindex": ifindex, "point": attach_point,
-                   "handle": handle, "priority": priority, "prog_id": prog_id}
-        socket.send_fds(_connection(), [json.dumps(message).encode()], [netns_fd])
+        socket.send_fds(_connection(), [json.dumps({"op": "add", "key": key, **entry}).encode()], [netns_fd])
         _live.add(key)
         return key
 
@@ -99,6 +109,9 @@ def _remove(entry: dict, netns_fd: int) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.setns(netns_fd, CLONE_NEWNET) != 0:
         return
+    if entry.get("what") == "qdisc":
+        _remove_root_qdisc(entry)
+        return
     hook = L.bpf_tc_hook(ifindex=entry["ifindex"], attach_point=entry["point"])
     query = L.bpf_tc_opts(handle=entry["handle"], priority=entry["priority"])
     if L.lib.bpf_tc_query(ctypes.byref(hook), ctypes.byref(query)) != 0:
@@ -107,6 +120,15 @@ def _remove(entry: dict, netns_fd: int) -> None:
         return  # someone else's filter now sits at that handle and priority
     detach = L.bpf_tc_opts(handle=entry["handle"], priority=entry["priority"])
     L.lib.bpf_tc_detach(ctypes.byref(hook), ctypes.byref(detach))
+
+
+def _remove_root_qdisc(entry: dict) -> None:
+    from pyroute2 import IPRoute
+
+    with IPRoute() as ipr:  # in the namespace this process has just entered
+        roots = [q for q in ipr.get_qdiscs(entry["ifindex"]) if q["parent"] == 0xFFFFFFFF]
+        if roots and roots[0].get_attr("TCA_KIND") == entry["kind"] and roots[0]["handle"] == entry["handle"]:
+            ipr.tc("del", index=entry["ifindex"], root=True)
 
 
 def serve(fd: int) -> None:

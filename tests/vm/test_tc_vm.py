@@ -175,3 +175,28 @@ def test_tc_ratelimit_paces_an_endpoint_to_its_rate_and_drops_beyond_the_horizon
 def qdiscs(netns: str, dev: str) -> str:
     return subprocess.run(["tc", "-n", netns, "qdisc", "show", "dev", dev], capture_output=True, text=True,
                           check=True).stdout
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGKILL"])
+def test_a_signalled_ratelimit_run_leaves_nothing(sig):
+    """`tc ratelimit run` killed: its program goes (its tcx link, or its clsact filter by the
+    engine's reaper), and the device's qdisc is the kernel's default again (the reaper too)."""
+    import signal
+    import time
+
+    from helpers import signalled_run_leaves_nothing
+
+    from ebpfkit.tools.tc.lab import LabNode
+
+    with LabNode() as lab:
+        uplink = lab.remote.node_device
+        signalled_run_leaves_nothing(["tc", "ratelimit", "run", "--netns", lab.node.name, "-d", uplink, "-r",
+                                      f"src {lab.pods[0].address} rate 10mbit", "1"], getattr(signal, sig))
+        for _ in range(50):  # the reaper acts once it reads end-of-file from its owner
+            if "qdisc fq" not in qdiscs(lab.node.name, uplink):
+                break
+            time.sleep(0.2)
+        assert "qdisc fq" not in qdiscs(lab.node.name, uplink)
+        egress = subprocess.run(["tc", "-n", lab.node.name, "filter", "show", "dev", uplink, "egress"],
+                                capture_output=True, text=True, check=True).stdout
+        assert "tc_ratelimit" not in egress, egress

@@ -14,7 +14,8 @@ packet that could not leave within it is dropped. The rate counts IP bytes (head
 payload, not the Ethernet header), so a TCP stream's goodput is about 3.5% under it.
 
 fq replaces the device's root qdisc, which must be one the kernel sets by default (noqueue,
-pfifo_fast, mq, fq_codel, fq); ``close()`` puts the default back. Kernels without fq
+pfifo_fast, mq, fq_codel, fq); ``close()`` puts the default back, and so does the engine's
+reaper should the process die first (SIGKILL too). Kernels without fq
 (CONFIG_NET_SCH_FQ) get NotSupportedError (exit 3): EDT needs it.
 """
 
@@ -36,6 +37,7 @@ _RATE_UNITS = {"bit": 1 / 8, "kbit": 1e3 / 8, "mbit": 1e6 / 8, "gbit": 1e9 / 8,
                "bps": 1, "kbps": 1e3, "mbps": 1e6, "gbps": 1e9}
 _TIME_UNITS = {"s": 1e9, "ms": 1e6, "us": 1e3}
 ETH_HLEN = 14
+FQ_HANDLE = 0x10000  # 1:, the root qdisc ratelimit puts on the device
 
 
 class QdiscInUseError(EbpfkitError):
@@ -117,7 +119,7 @@ class RateLimitSession(ToolSession):
         self.config, self.netns = config, config.netns
         self.ifindex = device_index(config.device, config.netns, field="device")
         self._keys = [(rule, key) for rule in config.rules for key in self._rule_keys(rule)]
-        self._link = self._obj = None
+        self._link = self._obj = self._reaper_key = None
         self._previous_qdisc = self._install_fq()
         try:
             spec = compile_bpf(PROGRAM)
@@ -179,20 +181,38 @@ class RateLimitSession(ToolSession):
             if kind == "fq":
                 return kind  # already there, with whatever settings its owner chose
             try:
-                ipr.tc("replace", "fq", self.ifindex, 0x10000)
+                ipr.tc("replace", "fq", self.ifindex, FQ_HANDLE)
             except NetlinkError as exc:
                 if exc.code in (2, 22, 95):  # no such qdisc kind here
                     raise NotSupportedError("fq", "this kernel has no fq qdisc (CONFIG_NET_SCH_FQ), which EDT "
                                             "needs to hold packets until their departure time",
                                             hint="modprobe sch_fq, or a kernel built with it") from None
                 raise
+        self._reaper_key = self._in_node(self._guard_qdisc)
         return kind
+
+    def _guard_qdisc(self) -> int | None:
+        """Register the fq with the engine's reaper (in the node's namespace)."""
+        from ...engine import reaper
+        from ...net.netns import hold_current
+
+        netns = hold_current()
+        try:
+            return reaper.register_root_qdisc(netns, self.ifindex, "fq", FQ_HANDLE)
+        except OSError:
+            return None  # no reaper: close() still restores it
+        finally:
+            os.close(netns)
 
     def _restore_qdisc(self) -> None:
         from pyroute2.netlink.exceptions import NetlinkError
 
+        from ...engine import reaper
         from ...net.netns import iproute
 
+        if self._reaper_key is not None:
+            reaper.unregister(self._reaper_key)
+            self._reaper_key = None
         try:
             with iproute(self.netns) as ipr:
                 if self._previous_qdisc != "fq":

@@ -128,3 +128,44 @@ def _other_program() -> str:
     spec = ebpfkit.compile(text=src, name="reaper_other.bpf.c")
     spec.close()  # only its file is wanted
     return spec.path
+
+
+QDISC_CHILD = textwrap.dedent("""
+    import os, sys, time
+    from ebpfkit.engine import reaper
+    from ebpfkit.net.netns import hold_current, in_netns, iproute
+
+    netns, ifindex, kind = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    with iproute(netns) as ipr:
+        ipr.tc("replace", kind, ifindex, 0x10000)
+    fd = in_netns(netns, hold_current)
+    reaper.register_root_qdisc(fd, ifindex, kind, 0x10000)
+    os.close(fd)
+    print(reaper._child.pid, flush=True)
+    time.sleep(120)
+""")
+
+
+def _root_qdisc(netns, device: str) -> str:
+    return subprocess.run(["ip", "netns", "exec", netns.name, "tc", "qdisc", "show", "dev", device, "root"],
+                          capture_output=True, text=True, check=True).stdout
+
+
+def test_sigkill_puts_the_default_root_qdisc_back(veth_pair, netns):
+    """A root qdisc a process put on a device (ratelimit's fq; pfifo here, which this host has)
+    is deleted by the reaper when the process is killed, the kernel's default back."""
+    child = subprocess.Popen([sys.executable, "-c", QDISC_CHILD, netns.name, str(veth_pair.a.ifindex), "pfifo"],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        reaper_pid = int(child.stdout.readline())
+        assert "qdisc pfifo 1:" in _root_qdisc(netns, veth_pair.a.ifname)
+        child.kill()
+        child.wait(10)
+        assert wait_for(lambda: "pfifo" not in _root_qdisc(netns, veth_pair.a.ifname), 10), \
+            _root_qdisc(netns, veth_pair.a.ifname)
+        assert "noqueue" in _root_qdisc(netns, veth_pair.a.ifname)
+        assert wait_for(lambda: not _alive(reaper_pid), 10)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
