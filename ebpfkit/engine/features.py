@@ -1040,13 +1040,28 @@ def _tc_clsact(prog: int, ifindex: int) -> None:
         L.lib.bpf_tc_hook_destroy(ctypes.byref(hook))  # removes the filter with the qdisc
 
 
+def _fq_qdisc(ifindex: int) -> tuple:
+    """fq as a veth's root qdisc (EDT pacing holds packets there); the kernel loads sch_fq."""
+    from pyroute2 import IPRoute
+    from pyroute2.netlink.exceptions import NetlinkError
+
+    with IPRoute() as ipr:  # in the throwaway namespace this thread is in
+        try:
+            ipr.tc("replace", "fq", ifindex, 0x10000)
+        except NetlinkError as exc:
+            raise _Failed("qdisc", exc.code, reason=f"no fq qdisc here ({_errname(exc.code)}: "
+                          "CONFIG_NET_SCH_FQ is off, or sch_fq cannot be loaded)") from None
+    return _result(SUPPORTED, "fq set up on a veth in a throwaway netns")
+
+
 @functools.cache
 def _net_group() -> dict:
-    """xdp_native, xdp_generic and tc, all in one throwaway netns (results or _Failed)."""
+    """xdp_native, xdp_generic, tc and fq, all in one throwaway netns (results or _Failed)."""
     def work(ifindex: int) -> dict:
         return {"xdp_native": _catch(lambda: _xdp_attach(ifindex, XDP_FLAGS_DRV_MODE)),
                 "xdp_generic": _catch(lambda: _xdp_attach(ifindex, XDP_FLAGS_SKB_MODE)),
-                "tc": _catch(lambda: _tc_attach(ifindex))}
+                "tc": _catch(lambda: _tc_attach(ifindex)),
+                "fq": _catch(lambda: _fq_qdisc(ifindex))}
     try:
         return _in_fresh_netns(work)
     except _Failed as exc:
@@ -1070,7 +1085,7 @@ def _group_member(group: Callable[[], dict], key: str) -> Callable[[], tuple]:
 
 
 for _name, _label in [("xdp_native", "XDP (native, veth driver)"), ("xdp_generic", "XDP (generic)"),
-                      ("tc", "tc (tcx link)")]:
+                      ("tc", "tc (tcx link, or clsact)"), ("fq", "fq qdisc (EDT pacing)")]:
     _register(_name, _label)(_attach_probe(_group_member(_net_group, _name)))
 
 
@@ -1133,8 +1148,8 @@ def _probe_sk_msg():
 
 
 # tc helpers a fast path needs: enum bpf_func_id's numbers (libbpf's bpf_helper_defs.h)
-_TC_HELPERS = {"redirect_neigh": (152, "bpf_redirect_neigh (out with the kernel resolving the next hop)"),
-               "redirect_peer": (155, "bpf_redirect_peer (into a veth peer's namespace)")}
+_TC_HELPERS = {"redirect_neigh": (152, "tc helper bpf_redirect_neigh"),
+               "redirect_peer": (155, "tc helper bpf_redirect_peer")}
 
 
 def _tc_helper_probe(helper_id: int):
@@ -1207,5 +1222,6 @@ HINTS = {
     "sk_msg": "needs CONFIG_BPF_STREAM_PARSER=y",
     "prog_test_run": "needs a kernel >= 4.12 (BPF_PROG_TEST_RUN)",
     "redirect_neigh": "needs a kernel >= 5.10",
+    "fq": "needs a kernel built with CONFIG_NET_SCH_FQ (modprobe sch_fq)",
     "redirect_peer": "needs a kernel >= 5.10",
 }

@@ -180,6 +180,9 @@ class RateLimitSession(ToolSession):
                                       "nothing needs it")
             if kind == "fq":
                 return kind  # already there, with whatever settings its owner chose
+            from ...engine import features
+
+            features.require("fq")  # else NotSupportedError (exit 3) with the hint
             try:
                 ipr.tc("replace", "fq", self.ifindex, FQ_HANDLE)
             except NetlinkError as exc:
