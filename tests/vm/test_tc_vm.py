@@ -6,6 +6,7 @@ datagrams the test sent across a veth between two namespaces it created."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 
@@ -200,3 +201,35 @@ def test_a_signalled_ratelimit_run_leaves_nothing(sig):
         egress = subprocess.run(["tc", "-n", lab.node.name, "filter", "show", "dev", uplink, "egress"],
                                 capture_output=True, text=True, check=True).stdout
         assert "tc_ratelimit" not in egress, egress
+
+
+def test_tc_ratelimit_attach_outlives_its_command_where_there_are_tcx_links(kernel_version):
+    """`tc ratelimit attach` (tcx links: 6.12) paces after the command has exited, `stats`
+    reads it from the pins, `detach` removes it and puts the default qdisc back; 6.1 says it
+    needs tcx links (exit 3)."""
+    import json
+    import sys
+
+    from ebpfkit.tools.tc.lab import LabNode
+
+    def ek(*args):
+        return subprocess.run([sys.executable, "-m", "ebpfkit", "--format", "json", "tc", "ratelimit", *args],
+                              capture_output=True, text=True, timeout=300)
+
+    with LabNode() as lab:
+        node, uplink, pod1 = lab.node.name, lab.remote.node_device, lab.pods[0]
+        done = ek("attach", "--netns", node, "-d", uplink, "-r", f"endpoint {pod1.netns}:eth0 rate 10mbit")
+        if kernel_version < (6, 6):
+            assert done.returncode == 3 and "needs tcx links" in done.stderr, done.stderr
+            assert "qdisc fq" not in qdiscs(node, uplink)
+            return
+        assert done.returncode == 0, done.stderr
+        try:
+            got = iperf3(lab, pod1, lab.remote, 4) / 1e6
+            assert abs(got - 10 * 1448 / 1500) <= 0.05 * 10 * 1448 / 1500, got
+            [row] = json.loads(ek("stats", "--netns", node, "-d", uplink).stdout)["rules"]
+            assert row["delayed"] > 0 and row["bytes"] > 3_000_000, row
+        finally:
+            assert ek("detach", "--netns", node, "-d", uplink).returncode == 0
+        assert "qdisc fq" not in qdiscs(node, uplink)
+        assert not os.path.exists(f"/sys/fs/bpf/ebpfkit/tc/ratelimit@{node}")

@@ -2,7 +2,8 @@
 
 ``session`` is the tool from Python: ``open_redirect`` (foreground), ``attach_redirect``
 (pinned), ``attached_redirect`` (what an attach left), ``detach_redirect``; ``ratelimit``:
-``open_ratelimit`` (EDT pacing with fq); ``cli`` is
+``open_ratelimit`` (EDT pacing with fq), ``attach_ratelimit``, ``attached_ratelimit``,
+``detach_ratelimit``; ``cli`` is
 `ebpfkit tc`. Modules: ``endpoints`` (an endpoint's veth, MACs and addresses, through
 pyroute2), ``pins`` (where an attach leaves it), ``lab`` (a node made of namespaces, to try
 it on, test and measure it); ``tc_redirect.bpf.c`` and ``tc.h`` its kernel side.
@@ -16,5 +17,6 @@ __getattr__, __all__ = lazy_exports(__name__, {
     "session": ["RedirectConfig", "RedirectSession", "AttachedRedirect", "open_redirect", "attach_redirect",
                 "attached_redirect", "detach_redirect"],
     "endpoints": ["Endpoint"],
-    "ratelimit": ["RateLimitConfig", "RateLimitSession", "open_ratelimit"],
+    "ratelimit": ["RateLimitConfig", "RateLimitSession", "AttachedRateLimit", "open_ratelimit", "attach_ratelimit",
+                  "attached_ratelimit", "detach_ratelimit"],
 })

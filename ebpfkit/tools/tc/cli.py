@@ -1,8 +1,9 @@
 """`ebpfkit tc`: a node's fast path between its endpoints (namespaces behind veths, as pods
 are) and out of it. `redirect run` runs it in the foreground until Ctrl-C and pins nothing;
 `redirect attach` leaves it running, pinned under /sys/fs/bpf/ebpfkit/tc/ (tcx links, 6.6+);
-`endpoint`, `status`, `stats` and `detach` work on what attach left. --netns names the node's
-namespace (default: this one)."""
+`endpoint`, `steer`, `status`, `stats` and `detach` work on what attach left. `ratelimit run`
+and `ratelimit attach|stats|detach` pace a device's egress (EDT with fq). --netns names the
+node's namespace (default: this one)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ Examples:
   ebpfkit tc endpoint list --netns node
   ebpfkit tc steer add --netns node udp:53=pod2:eth0                DNS to the node-local cache
   ebpfkit tc ratelimit run --netns node -d up0 -r 'endpoint pod1:eth0 rate 10mbit' 1
+  ebpfkit tc ratelimit attach --netns node -d up0 -r 'src 10.77.2.2 rate 100mbit horizon 50ms'
   ebpfkit tc stats --netns node 1 5
   ebpfkit tc detach --netns node
 """
@@ -165,27 +167,92 @@ def ratelimit():
     """EDT rate limiting of what leaves a device (fq holds each packet until its departure time)."""
 
 
+def device_option(func):
+    return click.option("-d", "--dev", "device", required=True, metavar="DEV",
+                        help="The node's device whose egress is paced.")(func)
+
+
+def ratelimit_options(func):
+    options = [
+        node_option,
+        device_option,
+        click.option("-r", "--rule", "rules", multiple=True, required=True, metavar="RULE",
+                     help="'src ADDR|endpoint NETNS:DEV|cgroup PATH rate R [horizon T]': R in bit, kbit, mbit, "
+                          "gbit (or bps, kbps, mbps, gbps), T in s, ms, us (default 2s) (repeatable)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def _ratelimit(netns, device, rules, persistent: bool):
+    from .ratelimit import RateLimitConfig, RateLimitSession
+
+    with usage_errors():
+        return RateLimitSession(RateLimitConfig(device=device, rules=rules, netns=netns), persistent=persistent)
+
+
+def _rules_table(rows: list) -> ResultTable:
+    columns = [Column("rule", align="left"), Column("key", align="left"), "rate_bps", "horizon_ms", "passed",
+               "delayed", "dropped", "bytes"]
+    return ResultTable(columns, rows, title="rules")
+
+
 @ratelimit.command("run")
-@node_option
-@click.option("-d", "--dev", "device", required=True, metavar="DEV", help="The node's device whose egress is paced.")
-@click.option("-r", "--rule", "rules", multiple=True, required=True, metavar="RULE",
-              help="'src ADDR|endpoint NETNS:DEV|cgroup PATH rate R [horizon T]': R in bit, kbit, mbit, gbit "
-                   "(or bps, kbps, mbps, gbps), T in s, ms, us (default 2s) (repeatable).")
+@ratelimit_options
 @tool_options
 @interval_arguments
 def ratelimit_run(netns, device, rules, interval, count):
     """Pace in the foreground until Ctrl-C (fq on DEV meanwhile); the rules' counters every INTERVAL."""
-    from .ratelimit import RateLimitConfig, RateLimitSession
-
     out = Output.from_context()
-    with usage_errors():
-        session = RateLimitSession(RateLimitConfig(device=device, rules=rules, netns=netns))
-    with session:
-        columns = [Column("rule", align="left"), Column("key", align="left"), "rate_bps", "horizon_ms", "passed",
-                   "delayed", "dropped", "bytes"]
+    with _ratelimit(netns, device, rules, persistent=False) as session:
         for _ in live_intervals(out, interval, count, f"Pacing {len(rules)} rules on {device}..."):
             rows = session.sample()
-            out.document({"rules": rows}, [ResultTable(columns, rows, title="rules")])
+            out.document({"rules": rows}, [_rules_table(rows)])
+
+
+@ratelimit.command("attach")
+@ratelimit_options
+@tool_options
+def ratelimit_attach(netns, device, rules):
+    """Attach and pin (fq stays on DEV): it runs on after this command, until `tc ratelimit detach`."""
+    session = _ratelimit(netns, device, rules, persistent=True)
+    try:
+        rows = session.sample()
+        Output.from_context().document({"device": device, "netns": netns, "pinned_at": session.pinned_at,
+                                        "rules": rows}, [_rules_table(rows)])
+    finally:
+        session.close()
+
+
+@ratelimit.command("stats")
+@node_option
+@device_option
+@tool_options
+@interval_arguments
+def ratelimit_stats(netns, device, interval, count):
+    """The counters of what attach left on DEV: once, or every INTERVAL seconds."""
+    from .ratelimit import attached_ratelimit
+
+    out = Output.from_context()
+    with attached_ratelimit(device, netns) as session:
+        for _ in (live_intervals(out, interval, count) if interval is not None else [None]):
+            rows = session.sample()
+            out.document({"rules": rows}, [_rules_table(rows)])
+
+
+@ratelimit.command("detach")
+@node_option
+@device_option
+def ratelimit_detach(netns, device):
+    """Detach what attach left on DEV, put its qdisc back and remove its pins."""
+    from .ratelimit import detach_ratelimit
+
+    out = Output.from_context()
+    if detach_ratelimit(device, netns):
+        out.info("detached from %s", device)
+    else:
+        out.warn("tc ratelimit was not attached to %s%s", device, f" in namespace '{netns}'" if netns else "")
 
 
 @tc.group()

@@ -1,10 +1,12 @@
-"""Where `tc redirect attach` leaves its program once the command has exited:
-``/sys/fs/bpf/ebpfkit/tc/redirect/`` for a node that is this (the initial) network namespace,
-``tc/redirect@NETNS/`` for one in a named namespace (bpffs is shared by all namespaces). The
-set holds the maps (``endpoints``, ``counters``), the program (``prog``) and one tcx link per
-device the program runs on (``link-IFINDEX``); its record says the node's namespace, its
-endpoints and uplinks. A foreground `run` pins nothing: the kernel detaches its links when
-the process dies, however it dies.
+"""Where `tc redirect attach` and `tc ratelimit attach` leave their programs once the command
+has exited: ``/sys/fs/bpf/ebpfkit/tc/redirect/`` for a node that is this (the initial) network
+namespace, ``tc/redirect@NETNS/`` for one in a named namespace (bpffs is shared by all
+namespaces); ``tc/ratelimit[@NETNS]/DEV/`` per paced device. A redirect set holds the maps
+(``endpoints``, ``steering``, ``counters``), the program (``prog``) and one tcx link per device
+the program runs on (``link-IFINDEX``); its record says the node's namespace, endpoints, uplinks
+and steering. A ratelimit set holds ``rates``, ``prog`` and its ``link``; its record the rules'
+keys and the qdisc the device had before fq. A foreground `run` pins nothing: the kernel
+detaches its links when the process dies, however it dies.
 """
 
 from __future__ import annotations
@@ -27,36 +29,45 @@ def node_label(netns: str | None) -> str:
     return f"namespace '{netns}'" if netns else "this namespace"
 
 
-def pin_set(netns: str | None) -> PinSet:
+def pin_set(netns: str | None, device: str | None = None) -> PinSet:
+    """The redirect's pin set of the node, or (``device``) the ratelimit's of that device."""
     import os
 
-    return PinSet(f"tc/redirect@{os.path.basename(netns)}" if netns else "tc/redirect")
+    what = "redirect" if device is None else "ratelimit"
+    where = f"tc/{what}@{os.path.basename(netns)}" if netns else f"tc/{what}"
+    return PinSet(where if device is None else f"{where}/{device}")
+
+
+def _what(netns: str | None, device: str | None) -> str:
+    return f"tc redirect in {node_label(netns)}" if device is None else \
+        f"tc ratelimit on {device} in {node_label(netns)}"
 
 
 def link_name(ifindex: int) -> str:
     return f"link-{ifindex}"
 
 
-def fresh_pin_set(netns: str | None) -> PinSet:
+def fresh_pin_set(netns: str | None, device: str | None = None) -> PinSet:
     """The pin set for a new `attach`: refuses a live one, clears a stale or partial one."""
-    pins = pin_set(netns)
+    pins = pin_set(netns, device)
     state = pins.state()
     if state == COMPLETE:
-        raise AlreadyAttachedError(f"tc redirect is already attached in {node_label(netns)} (pinned at "
-                                   f"{pins.path})", hint="`ebpfkit tc detach" +
-                                   (f" --netns {netns}`" if netns else "`") + " first")
+        command = "tc detach" if device is None else f"tc ratelimit detach -d {device}"
+        raise AlreadyAttachedError(f"{_what(netns, device)} is already attached (pinned at {pins.path})",
+                                   hint=f"`ebpfkit {command}" + (f" --netns {netns}`" if netns else "`") + " first")
     if state != NONE:
         pins.remove()
     return pins
 
 
-def attached_pin_set(netns: str | None) -> PinSet:
+def attached_pin_set(netns: str | None, device: str | None = None) -> PinSet:
     """The pin set of a running `attach`; NotAttachedError saying what is there instead."""
-    pins = pin_set(netns)
+    pins = pin_set(netns, device)
     state = pins.state()
     if state == NONE:
-        raise NotAttachedError(f"tc redirect is not attached in {node_label(netns)}",
-                               hint="`ebpfkit tc redirect attach ...` first")
+        raise NotAttachedError(f"{_what(netns, device)} is not attached",
+                               hint="`ebpfkit tc " + ("redirect" if device is None else "ratelimit") +
+                               " attach ...` first")
     if state != COMPLETE:
         raise NotAttachedError(f"tc redirect's pins at {pins.path} are {state} (a device gone, or an attach "
                                "that did not finish)", hint="`ebpfkit tc detach` removes them")

@@ -51,8 +51,8 @@ class RateRule:
     bytes_per_sec: int   # of IP bytes
     horizon_ns: int
 
-    def __str__(self):
-        return f"{self.match} {self.value} rate {self.bytes_per_sec * 8} bit horizon {self.horizon_ns // 1000} us"
+    def __str__(self):  # what parse_rule reads back
+        return f"{self.match} {self.value} rate {self.bytes_per_sec}bps horizon {self.horizon_ns // 1000}us"
 
 
 def parse_rate(text: str) -> int:
@@ -107,33 +107,11 @@ class RateLimitConfig(ToolConfig):
             raise ConfigError("rules", "give at least one rule")
 
 
-class RateLimitSession(ToolSession):
-    """Attached, with fq on the device, until ``close()``."""
+class _Paced(ToolSession):
+    """What a running rate limit offers, however it runs: its counters per rule key."""
 
-    def __init__(self, config: RateLimitConfig):
-        from ...engine import compile as compile_bpf
-        from ...engine import features
-        from .endpoints import device_index
-
-        features.require("tc")
-        self.config, self.netns = config, config.netns
-        self.ifindex = device_index(config.device, config.netns, field="device")
-        self._keys = [(rule, key) for rule in config.rules for key in self._rule_keys(rule)]
-        self._link = self._obj = self._reaper_key = None
-        self._previous_qdisc = self._install_fq()
-        try:
-            spec = compile_bpf(PROGRAM)
-            spec.rodata["targ_cgroups"] = any(rule.match == "cgroup" for rule in config.rules)
-            self._obj = spec.load()
-            self._rates = self._obj.maps["rates"]
-            for rule, key in self._keys:
-                self._rates[key] = {"bytes_per_sec": rule.bytes_per_sec, "horizon_ns": rule.horizon_ns,
-                                    "next_ns": 0, "passed": 0, "delayed": 0, "dropped": 0, "bytes": 0}
-            prog = self._obj.programs["tc_ratelimit"]
-            self._link = self._in_node(prog.attach_tc, self.ifindex, "egress")
-        except BaseException:
-            self.close()
-            raise
+    _keys: list  # (RateRule, key) pairs
+    _rates: object  # the rates map
 
     def sample(self) -> list[dict]:
         """Per rule (and, for an endpoint's, per address): its rate (bit/s) and what it did since
@@ -146,6 +124,60 @@ class RateLimitSession(ToolSession):
                          "passed": state.passed, "delayed": state.delayed, "dropped": state.dropped,
                          "bytes": state.bytes})
         return rows
+
+
+class RateLimitSession(_Paced):
+    """Attached, with fq on the device, until ``close()``; ``persistent``: pinned, and left
+    running (fq included) until ``detach_ratelimit``."""
+
+    def __init__(self, config: RateLimitConfig, persistent: bool = False):
+        from ...engine import compile as compile_bpf
+        from ...engine import features
+        from . import pins
+        from .endpoints import device_index
+
+        features.require("tc")
+        if persistent and features.probe("tc").value != "tcx":
+            raise NotSupportedError("tcx", "a tc program that outlives its command needs tcx links (6.6+), "
+                                    "which can be pinned: this kernel attaches tc programs as clsact filters",
+                                    hint="`ebpfkit tc ratelimit run` runs it in the foreground here")
+        self.config, self.netns, self.persistent = config, config.netns, persistent
+        self.ifindex = device_index(config.device, config.netns, field="device")
+        self._keys = [(rule, key) for rule in config.rules for key in self._rule_keys(rule)]
+        self._link = self._obj = self._reaper_key = self._pins = None
+        self._pins = pins.fresh_pin_set(config.netns, config.device) if persistent else None
+        self._previous_qdisc = None
+        try:
+            self._previous_qdisc = self._install_fq()
+            if self._pins is not None:
+                self._pins.create("tc ratelimit", netns=config.netns, device=config.device, ifindex=self.ifindex,
+                                  previous_qdisc=self._previous_qdisc,
+                                  keys=[[str(rule), key] for rule, key in self._keys])
+            spec = compile_bpf(PROGRAM)
+            spec.rodata["targ_cgroups"] = any(rule.match == "cgroup" for rule in config.rules)
+            self._obj = spec.load()
+            self._rates = self._obj.maps["rates"]
+            for rule, key in self._keys:
+                self._rates[key] = {"bytes_per_sec": rule.bytes_per_sec, "horizon_ns": rule.horizon_ns,
+                                    "next_ns": 0, "passed": 0, "delayed": 0, "dropped": 0, "bytes": 0}
+            prog = self._obj.programs["tc_ratelimit"]
+            self._link = self._in_node(prog.attach_tc, self.ifindex, "egress")
+            if self._pins is not None:
+                self._pins.pin_maps(self._obj)
+                self._pins.pin("prog", prog.fd)
+                self._pins.pin_link("link", self._link)
+                self._pins.seal()
+        except BaseException:
+            if self._pins is not None:
+                self._pins.remove()
+                self._pins = None
+                self.persistent = False  # so close() puts the qdisc back
+            self.close()
+            raise
+
+    @property
+    def pinned_at(self) -> str | None:
+        return self._pins.path if self._pins is not None else None
 
     def _rule_keys(self, rule: RateRule) -> list[dict]:
         if rule.match == "cgroup":
@@ -191,7 +223,8 @@ class RateLimitSession(ToolSession):
                                             "needs to hold packets until their departure time",
                                             hint="modprobe sch_fq, or a kernel built with it") from None
                 raise
-        self._reaper_key = self._in_node(self._guard_qdisc)
+        if not self.persistent:  # a run's fq goes with it, however it ends
+            self._reaper_key = self._in_node(self._guard_qdisc)
         return kind
 
     def _guard_qdisc(self) -> int | None:
@@ -207,23 +240,6 @@ class RateLimitSession(ToolSession):
         finally:
             os.close(netns)
 
-    def _restore_qdisc(self) -> None:
-        from pyroute2.netlink.exceptions import NetlinkError
-
-        from ...engine import reaper
-        from ...net.netns import iproute
-
-        if self._reaper_key is not None:
-            reaper.unregister(self._reaper_key)
-            self._reaper_key = None
-        try:
-            with iproute(self.netns) as ipr:
-                if self._previous_qdisc != "fq":
-                    ipr.tc("del", index=self.ifindex, root=True)  # the kernel puts its default back
-        except NetlinkError:
-            pass  # the device is gone, or its qdisc was changed since
-        self._previous_qdisc = None
-
     def _in_node(self, fn, *args):
         if self.netns is None:
             return fn(*args)
@@ -232,14 +248,78 @@ class RateLimitSession(ToolSession):
         return in_netns(self.netns, fn, *args)
 
     def close(self) -> None:
+        """Detach and put the qdisc back (a persistent one: only let go of it)."""
         if self._link is not None:
             self._link.close()
             self._link = None
         if self._obj is not None:
             self._obj.close()
             self._obj = None
-        if self._previous_qdisc is not None:
-            self._restore_qdisc()
+        if self._reaper_key is not None:
+            from ...engine import reaper
+
+            reaper.unregister(self._reaper_key)
+            self._reaper_key = None
+        if self._previous_qdisc is not None and not self.persistent:
+            restore_root_qdisc(self.netns, self.ifindex, self._previous_qdisc)
+        self._previous_qdisc = None
+
+
+class AttachedRateLimit(_Paced):
+    """The rate limit an `attach` left on a device, through its pins; ``close()`` lets go."""
+
+    def __init__(self, device: str, netns: str | None = None):
+        from ...engine.maps import KernelMap
+        from . import pins
+
+        self.device, self.netns = device, netns
+        self._pins = pins.attached_pin_set(netns, device)
+        record = self._pins.record()
+        self._keys = [(parse_rule(text), key) for text, key in record.get("keys", ())]
+        self._rates = KernelMap.open_pinned(os.path.join(self._pins.path, "rates"))
+
+    def close(self) -> None:
+        self._rates.close()
+
+
+def restore_root_qdisc(netns: str | None, ifindex: int, previous: str) -> None:
+    """Put the kernel's default root qdisc back on the device, unless fq was there before us
+    or the root is no longer ours."""
+    from pyroute2.netlink.exceptions import NetlinkError
+
+    from ...net.netns import iproute
+
+    if previous == "fq":
+        return
+    try:
+        with iproute(netns) as ipr:
+            roots = [q for q in ipr.get_qdiscs(ifindex) if q["parent"] == 0xFFFFFFFF]
+            if roots and roots[0].get_attr("TCA_KIND") == "fq" and roots[0]["handle"] == FQ_HANDLE:
+                ipr.tc("del", index=ifindex, root=True)  # the kernel puts its default back
+    except NetlinkError:
+        pass  # the device is gone, or its qdisc was changed since
+
+
+def attach_ratelimit(config: RateLimitConfig | None = None, **settings) -> RateLimitSession:
+    """Pinned: it runs on (fq too) after this process, until ``detach_ratelimit``."""
+    return RateLimitSession(RateLimitConfig.given(config, **settings), persistent=True)
+
+
+def attached_ratelimit(device: str, netns: str | None = None) -> AttachedRateLimit:
+    return AttachedRateLimit(device, netns)
+
+
+def detach_ratelimit(device: str, netns: str | None = None) -> bool:
+    """Detach what `attach` left on the device, put its qdisc back, remove the pins; False if
+    nothing was attached there."""
+    from . import pins
+
+    pin_set = pins.pin_set(netns, device)
+    record = pin_set.record() or {}
+    detached = pin_set.remove()
+    if record.get("ifindex"):
+        restore_root_qdisc(netns, record["ifindex"], record.get("previous_qdisc", "noqueue"))
+    return detached
 
 
 def _key_text(key: dict) -> str:
@@ -249,4 +329,5 @@ def _key_text(key: dict) -> str:
 
 
 def open_ratelimit(config: RateLimitConfig | None = None, **settings) -> RateLimitSession:
+    """Pace in the foreground: ``close()`` (the end of a ``with``) detaches and restores."""
     return RateLimitSession(RateLimitConfig.given(config, **settings))

@@ -55,3 +55,15 @@ def test_bad_rules_and_devices_are_named(lab):
         done = ek("--netns", node, *args, "1", "1")
         assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr, \
             (args, done.stderr)
+
+
+def test_attach_stats_and_detach_say_what_they_cannot_do_here(lab):
+    node, dev = lab.node.name, lab.remote.node_device
+    done = subprocess.run([sys.executable, "-m", "ebpfkit", "tc", "ratelimit", "attach", "--netns", node, "-d", dev,
+                           "-r", f"src {lab.pods[0].address} rate 10mbit"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3 and "fq" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert not os.path.exists("/sys/fs/bpf/ebpfkit/tc")  # nothing pinned on the way
+    for command, code, message in (("stats", 1, "is not attached"), ("detach", 0, "was not attached")):
+        done = subprocess.run([sys.executable, "-m", "ebpfkit", "tc", "ratelimit", command, "--netns", node, "-d", dev],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == code and message in done.stderr, (command, done.stderr)
