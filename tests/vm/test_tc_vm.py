@@ -179,28 +179,45 @@ def qdiscs(netns: str, dev: str) -> str:
 
 
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGKILL"])
-def test_a_signalled_ratelimit_run_leaves_nothing(sig):
-    """`tc ratelimit run` killed: its program goes (its tcx link, or its clsact filter by the
-    engine's reaper), and the device's qdisc is the kernel's default again (the reaper too)."""
+def test_a_signalled_ratelimit_run_leaves_nothing(sig, kernel_version):
+    """`tc ratelimit run` killed: its program goes (its tcx link with the process; on 6.1 its
+    clsact filter, by the engine's reaper), and the device's qdisc is the kernel's default
+    again (the reaper too, after a SIGKILL)."""
     import signal
-    import time
+    import sys
 
-    from helpers import signalled_run_leaves_nothing
+    from helpers import bpf_objects_held_by, still_in_kernel, wait_for
 
     from ebpfkit.tools.tc.lab import LabNode
 
+    def egress_filters() -> str:
+        return subprocess.run(["tc", "-n", lab.node.name, "filter", "show", "dev", uplink, "egress"],
+                              capture_output=True, text=True, check=True).stdout
+
     with LabNode() as lab:
         uplink = lab.remote.node_device
-        signalled_run_leaves_nothing(["tc", "ratelimit", "run", "--netns", lab.node.name, "-d", uplink, "-r",
-                                      f"src {lab.pods[0].address} rate 10mbit", "1"], getattr(signal, sig))
-        for _ in range(50):  # the reaper acts once it reads end-of-file from its owner
-            if "qdisc fq" not in qdiscs(lab.node.name, uplink):
-                break
-            time.sleep(0.2)
-        assert "qdisc fq" not in qdiscs(lab.node.name, uplink)
-        egress = subprocess.run(["tc", "-n", lab.node.name, "filter", "show", "dev", uplink, "egress"],
-                                capture_output=True, text=True, check=True).stdout
-        assert "tc_ratelimit" not in egress, egress
+        proc = subprocess.Popen([sys.executable, "-m", "ebpfkit", "tc", "ratelimit", "run", "--netns", lab.node.name,
+                                 "-d", uplink, "-r", f"src {lab.pods[0].address} rate 10mbit", "1"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            for line in proc.stderr:
+                if "Hit Ctrl-C" in line:
+                    break
+            held = bpf_objects_held_by(proc.pid)
+            assert "qdisc fq" in qdiscs(lab.node.name, uplink)
+            if kernel_version < (6, 6):
+                assert "tc_ratelimit" in egress_filters()
+            else:
+                assert any(kind == "link" for kind, _ in held), held
+            proc.send_signal(getattr(signal, sig))
+            proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert wait_for(lambda: "qdisc fq" not in qdiscs(lab.node.name, uplink), 10), qdiscs(lab.node.name, uplink)
+        assert wait_for(lambda: "tc_ratelimit" not in egress_filters(), 10), egress_filters()
+        assert still_in_kernel(held) == set()
 
 
 def test_tc_ratelimit_attach_outlives_its_command_where_there_are_tcx_links(kernel_version):
