@@ -33,7 +33,7 @@ INCLUDE_DIR = os.path.join(os.path.dirname(__file__), "include")
 # unsaved (in-memory) files, in a directory that need not exist
 VIRTUAL_DIR = "/ebpfkit-bcc"
 MAIN_FILE, PROGRAM_FILE = f"{VIRTUAL_DIR}/main.c", f"{VIRTUAL_DIR}/bcc_program.c"
-VERSION = 21  # of the translation: part of the cache key
+VERSION = 22  # of the translation: part of the cache key
 
 _HEADERS = """\
 #include "ek_kconfig.h"
@@ -273,7 +273,10 @@ class _Walker:
         declared_by_macro = self.text.startswith(_PROBE_MACROS, start)
         # BPF_PROG's own prototype names its function in a typeof(name(0)): not a call
         if fn.storage_class == StorageClass.STATIC or (name in self.called and not declared_by_macro):
-            return  # a helper the programs call
+            # a helper the programs call: inlined, as BCC inlines every function of a program
+            # (a BPF-to-BPF call in a loop can take 6.1's verifier past its 1M instructions)
+            self.edits.append((start, start, "__attribute__((always_inline)) "))
+            return
         kind, target = _named_probe(name)
         self.probes[name] = Probe(name, kind, target)
         if declared_by_macro:

@@ -498,6 +498,48 @@ def test_an_element_of_a_kernel_array_of_pointers_is_read_through(tmp_path):
         os.close(fd)
 
 
+HELPER_CALLED_TWICE = r"""
+BPF_ARRAY(sums, u64, 2);
+
+/* big enough (unrolled) that clang would keep it a function of its own, called twice */
+static u64 mix(u64 x)
+{
+#pragma clang loop unroll(full)
+    for (int i = 0; i < 64; i++)
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL + (x >> 7);
+    return x;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_getppid) {
+    if ((bpf_get_current_pid_tgid() >> 32) != TARGET_PID)
+        return 0;
+    int zero = 0, one = 1;
+    u64 pid = bpf_get_current_pid_tgid() >> 32;
+    u64 a = mix(pid), b = mix(pid + 1);
+    sums.update(&zero, &a);
+    sums.update(&one, &b);
+    return 0;
+}
+"""
+
+
+def mix(x: int) -> int:
+    for _ in range(64):
+        x = (x * 6364136223846793005 + 1442695040888963407 + (x >> 7)) % 2**64
+    return x
+
+
+def test_the_programs_own_functions_are_inlined_as_bcc_does():
+    """BCC inlines every function of a program; so does the translation: the kernel sees one
+    function (no BPF-to-BPF call, which 6.1's verifier explores far longer in a loop), and
+    the helper computed what Python computes."""
+    with BPF(text=HELPER_CALLED_TWICE, cflags=[f"-DTARGET_PID={os.getpid()}"]) as b:
+        os.getppid()
+        assert [b["sums"][i].value for i in range(2)] == [mix(os.getpid()), mix(os.getpid() + 1)]
+        prog = b._objects[next(iter(b._objects))].programs["tracepoint__syscalls__sys_enter_getppid"]
+        assert prog.info().nr_func_info == 1  # the program alone: no subprogram
+
+
 LITERAL_COPY = r"""
 typedef struct dist_key { char op[16]; u64 slot; } dist_key_t;
 BPF_HISTOGRAM(dist, dist_key_t);
