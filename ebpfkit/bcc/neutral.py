@@ -8,7 +8,7 @@ decoded the same way from both: ints, str for char arrays, lists for other array
 ``Struct`` for a struct, a ``PerCpu`` list from a per-CPU map. A tool written against those
 runs on either engine::
 
-    with Program(src_file="softirqs.bcc.c", engine="bcc") as program:
+    with Program(src_file="counts.bcc.c", engine="bcc") as program:
         stats = program.table("stats")          # a Table
         for key, value in stats.pop_all(): ...
 """
