@@ -147,7 +147,9 @@ const volatile __u32 throttle_per_s = 2000; /* 0: no limit */
 struct throttle {
 	__u64 second; /* of bpf_ktime_get_ns() */
 	__u32 sent;
-	__u32 held;
+	__u32 held;	  /* this second */
+	__u64 held_total; /* since the process was first seen: what user space reports from, so a
+			   * second it did not look at in time is not lost */
 };
 
 struct {
@@ -179,14 +181,16 @@ static __always_inline bool within_budget(__u64 id)
 		return true;
 	}
 	if (t->second != fresh.second) {
-		*t = fresh; /* a new second: user space has read the last one's count at its poll, */
-		return true; /* or not, if that came later (the total in `throttled` is exact) */
+		fresh.held_total = t->held_total;
+		*t = fresh;
+		return true;
 	}
 	if (t->sent < throttle_per_s) {
 		t->sent++;
 		return true;
 	}
 	__sync_fetch_and_add(&t->held, 1);
+	__sync_fetch_and_add(&t->held_total, 1);
 	total = bpf_map_lookup_elem(&throttled, &zero);
 	if (total)
 		(*total)++; /* per-CPU slot */

@@ -153,7 +153,8 @@ class Session(ToolSession):
         self._containers: dict[int, str] = {}
         self._lost_seen = 0
         self._throttled_seen = 0
-        self._held: dict[tuple[int, int], tuple] = {}  # (tgid, second) -> (held back, comm), not reported yet
+        self._held: dict[int, tuple] = {}  # tgid -> (held back, last second of it, comm), not reported yet
+        self._held_seen: dict[int, int] = {}  # tgid -> the kernel's running total at the last look
 
     def _plan_watching(self, rules) -> None:
         """The baits (planted now, before anything is attached: detect's own writes are not
@@ -260,27 +261,33 @@ class Session(ToolSession):
         return int(self._obj.maps["throttled"][0].sum()) if self._obj is not None else 0
 
     def _throttled_alerts(self) -> list[Alert]:
-        """One alert per process and second with events held back, once that second is over:
-        its count as the kernel's `throttles` map last showed it (the kernel starts a process's
-        next second over, so a count may miss what came after the last look; `throttled`, the
-        total, is exact)."""
+        """One alert per process with events held back, once the last second it had some held is
+        over: each second's count when detect keeps up, several seconds' together when it fell
+        behind (the kernel keeps each process's running total, so no second goes unreported)."""
         from ...sysinfo.processes import name_of
 
         if self.throttled > self._throttled_seen:
             self._throttled_seen = self.throttled
-            for tgid, t in self._obj.maps["throttles"].items():
-                key = (int(tgid), int(t.second))
-                seen, comm = self._held.get(key, (0, None))
-                if t.held > seen:  # the name is read once, while the process is likely still there
-                    self._held[key] = (int(t.held), comm or name_of(key[0]) or "?")
+            totals = {int(tgid): t for tgid, t in self._obj.maps["throttles"].items()}
+            for tgid, t in totals.items():
+                seen = self._held_seen.get(tgid, 0)
+                if t.held_total < seen:  # evicted from the LRU map and back: counting from 0
+                    seen = 0
+                if t.held_total > seen:  # the name is read once, while the process is likely still there
+                    held, _, comm = self._held.get(tgid, (0, 0, None))
+                    last = int(t.second) if t.held else int(t.second) - 1
+                    self._held[tgid] = (held + int(t.held_total) - seen, last, comm or name_of(tgid) or "?")
+                    self._held_seen[tgid] = int(t.held_total)
+            for gone in self._held_seen.keys() - totals.keys():
+                del self._held_seen[gone]
         alerts, this_second = [], time.monotonic_ns() // 1_000_000_000  # the kernel's clock
-        for (tgid, second), (held, comm) in list(self._held.items()):
-            if second >= this_second:
+        for tgid, (held, last, comm) in list(self._held.items()):
+            if last >= this_second:
                 continue
-            del self._held[(tgid, second)]
+            del self._held[tgid]
             alerts.append(Alert(
                 time_ns=time.time_ns(), rule=THROTTLED_RULE, priority="WARNING", techniques=(),
-                output=f"{comm} (pid {tgid}) sent more than {self.config.throttle} events in a second: {held} "
+                output=f"{comm} (pid {tgid}) sent more than {self.config.throttle} events a second: {held} "
                        f"more were counted, not matched (a flood, or a process hiding in one)",
                 action="alert", pid=tgid, container="host", process_tree=((tgid, comm),),
                 event={"held": held, "limit": self.config.throttle}))
