@@ -4,9 +4,11 @@
   and the same launcher with BCC_ENGINE=ebpfkit under ebpfkit's), and the process's peak RSS;
   ebpfkit warm (translation and object cached) and cold (an empty cache: libclang translates,
   clang compiles);
-- per-event cost: the kernel's run-time statistics of the started process's programs over an
-  openat loop (opencount: a hash update; opensnoop: an event per open through a perf buffer
-  the launcher reads).
+- per-event cost: the kernel's run-time statistics of the started process's programs over a
+  workload that fires them: an openat loop (opencount: a hash update; opensnoop: an event per
+  open through a perf buffer the launcher reads), a pipe ping-pong between two processes
+  (runqlat: each round trip two wakeups and their switches), synchronous O_DIRECT writes to a
+  file of the bench's own (biolatency: each a request issued and completed).
 
 Programs: opencount (opensnoop's probe, counting), opensnoop (events), runqlat (sched
 tracepoints, a histogram), biolatency (block tracepoints, a per-disk histogram). BCC needs
@@ -32,7 +34,7 @@ from ebpfkit.engine import inventory, run_time_stats  # noqa: E402
 
 PROGRAMS = {"opencount": "opencount_bcc.c", "opensnoop": "opensnoop_bcc.c", "runqlat": "runqlat_bcc.c",
             "biolatency": "biolatency_bcc.c"}
-PER_EVENT = ("opencount", "opensnoop")  # the openat loop drives them
+PER_EVENT = {"opencount": "opens", "opensnoop": "opens", "runqlat": "ping_pong", "biolatency": "direct_writes"}
 WAYS = ("ebpfkit.bcc warm", "ebpfkit.bcc cold", "BCC")
 LAUNCHER = PROGRAM_DIR / "launch_bcc.py"
 TARGETS = (("start", "ebpfkit.bcc warm", 0.3), ("rss", "ebpfkit.bcc warm", 0.3), ("ns/event", "ebpfkit.bcc warm", 1.0))
@@ -40,7 +42,7 @@ TARGETS = (("start", "ebpfkit.bcc warm", 0.3), ("rss", "ebpfkit.bcc warm", 0.3),
 
 class Bench:
     def __init__(self, runs: int, programs: list[str], opens: int):
-        self.runs, self.programs, self.opens = runs, programs, opens
+        self.runs, self.programs, self.opens_count = runs, programs, opens
         self.work = Path(tempfile.mkdtemp(prefix="ebpfkit-bcc-bench-"))
         self.ebpfkit, self.bcc = ebpfkit_tool(self.work), bcc_tool()
         self.warm = self.work / "warm-cache"
@@ -73,7 +75,7 @@ class Bench:
         row = {"seconds": launched.seconds, "rss_kib": launched.peak_rss_kib}
         try:
             if record and program in PER_EVENT:
-                row["ns_per_event"] = self.per_event(launched.prog_ids)
+                row["ns_per_event"] = self.per_event(program, launched.prog_ids)
         finally:
             launched.stop()
         if way.endswith("cold"):
@@ -81,17 +83,52 @@ class Bench:
         if record:
             self.results.setdefault(key, []).append(row)
 
-    def per_event(self, prog_ids) -> float:
-        """ns the programs ran per run, over ``opens`` openat calls."""
-        path = str(self.work / "opened")
+    def per_event(self, program: str, prog_ids) -> float:
+        """ns the programs ran per run, over ``program``'s workload."""
         with run_time_stats():
             before = [inventory.program(p) for p in prog_ids]
-            for _ in range(self.opens):
-                os.close(os.open(path, os.O_CREAT | os.O_RDONLY))
+            getattr(self, PER_EVENT[program])()
             after = [inventory.program(p) for p in prog_ids]
         ns = sum(a.run_time_ns - b.run_time_ns for a, b in zip(after, before) if a and b)
         runs = sum(a.run_cnt - b.run_cnt for a, b in zip(after, before) if a and b)
         return ns / runs if runs else float("nan")
+
+    def opens(self) -> None:
+        path = str(self.work / "opened")
+        for _ in range(self.opens_count):
+            os.close(os.open(path, os.O_CREAT | os.O_RDONLY))
+
+    def ping_pong(self) -> None:
+        """A byte back and forth through two pipes: each leg a wakeup and a switch."""
+        there, back = os.pipe(), os.pipe()
+        child = os.fork()
+        if child == 0:
+            try:
+                while os.read(there[0], 1) == b"x":
+                    os.write(back[1], b"x")
+            finally:
+                os._exit(0)
+        for _ in range(self.opens_count // 4):
+            os.write(there[1], b"x")
+            os.read(back[0], 1)
+        os.write(there[1], b"q")
+        os.waitpid(child, 0)
+        for fd in there + back:
+            os.close(fd)
+
+    def direct_writes(self) -> None:
+        """4 KiB synchronous writes that bypass the page cache: each a block request."""
+        import mmap
+
+        block = mmap.mmap(-1, 4096)  # page-aligned, as O_DIRECT wants
+        block.write(b"x" * 4096)
+        fd = os.open(str(self.work / "direct"), os.O_CREAT | os.O_WRONLY | os.O_DIRECT | os.O_DSYNC)
+        try:
+            for i in range(self.opens_count // 20):
+                os.pwritev(fd, [block], (i % 256) * 4096)
+        finally:
+            os.close(fd)
+            block.close()
 
     def run(self) -> None:
         try:
@@ -150,7 +187,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--programs", default=",".join(PROGRAMS))
-    parser.add_argument("--opens", type=int, default=20000)
+    parser.add_argument("--opens", type=int, default=20000,
+                        help="opens per run; a quarter as many round trips, a twentieth as many writes")
     args = parser.parse_args()
     if os.geteuid() != 0:
         print("run as root: it loads BPF programs", file=sys.stderr)
