@@ -125,6 +125,11 @@ def in_netns(name: str, fn, *args, **kwargs):
     return box.get("result")
 
 
+def in_netns_or_here(name: str | None, fn, *args, **kwargs):
+    """``in_netns``, or ``fn`` called here when ``name`` is None (this namespace)."""
+    return fn(*args, **kwargs) if name is None else in_netns(name, fn, *args, **kwargs)
+
+
 def hold_current() -> int:
     """An fd of this thread's namespace, to do something there later from any thread
     (``run_in_held``); the caller closes it."""

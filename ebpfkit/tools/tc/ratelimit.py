@@ -241,11 +241,9 @@ class RateLimitSession(_Paced):
             os.close(netns)
 
     def _in_node(self, fn, *args):
-        if self.netns is None:
-            return fn(*args)
-        from ...net.netns import in_netns
+        from ...net.netns import in_netns_or_here
 
-        return in_netns(self.netns, fn, *args)
+        return in_netns_or_here(self.netns, fn, *args)
 
     def close(self) -> None:
         """Detach and put the qdisc back (a persistent one: only let go of it)."""

@@ -113,11 +113,9 @@ class _Redirect(ToolSession):
         return totals
 
     def _in_node(self, fn, *args):
-        if self.netns is None:
-            return fn(*args)
-        from ...net.netns import in_netns
+        from ...net.netns import in_netns_or_here
 
-        return in_netns(self.netns, fn, *args)
+        return in_netns_or_here(self.netns, fn, *args)
 
 
 class RedirectSession(_Redirect):
