@@ -52,7 +52,7 @@ def offcputime(duration, pid, tid, user_stacks_only, kernel_stacks_only, state, 
     """Time tasks spent off the CPU (blocked, sleeping, preempted), summed by thread and by
     the kernel and user stacks they left it with, printed at the end: after DURATION seconds
     or at Ctrl-C. User stacks unwind through frame pointers (-fno-omit-frame-pointer)."""
-    from .session import Config, open as open_session
+    from .session import MISSED_KERNEL, MISSED_USER, Config, open as open_session
 
     config = build_config(Config, pid=pid, tid=tid, user_stacks_only=user_stacks_only,
                           kernel_stacks_only=kernel_stacks_only, state=state, min_block_time=min_block_time,
@@ -67,6 +67,10 @@ def offcputime(duration, pid, tid, user_stacks_only, kernel_stacks_only, state, 
         for _ in intervals(1.0, duration, started):  # meanwhile, read the maps of new processes
             session.remember_processes()
         entries = session.sample()
+    missed = sum(1 for e in entries if MISSED_KERNEL in e.kernel_stack or MISSED_USER in e.user_stack)
+    if missed:  # a full map, or a hash bucket already holding another stack (-EEXIST)
+        out.warn("%d of %d accounts lost a stack: a larger --stack-storage-size (now %d) makes that rarer",
+                 missed, len(entries), stack_storage_size)
     if folded:
         from .folded import folded_lines
 
