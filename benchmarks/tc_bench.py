@@ -1,6 +1,6 @@
 """tc redirect's fast path against the node's own routing, side by side in one run (as root):
 
-    python benchmarks/tc_bench.py [--runs 3] [--seconds 3] [--json FILE]
+    python benchmarks/tc_bench.py [--runs 3] [--seconds 3] [--conntrack | --kube-proxy N] [--json FILE]
 
 On the lab node of ebpfkit.tools.tc.lab (a "node" namespace with veths to two "pods" and an
 uplink to a "remote", forwarding on, one nftables counter rule on its forward hook: a node
@@ -16,7 +16,13 @@ the whitepaper's gains on a node (RR >= 1.28x, CRR >= 1.40x, stream >= 1.21x the
 whose plain path was Calico's: iptables rules and connection tracking on every forwarded
 packet. `--conntrack` gives the lab node's forward hook a connection-tracking rule (`ct state
 established,related accept`), so its plain path tracks connections as such a node's does;
-without it the plain path is a bare router's, the least a fast path can save.
+without it the plain path is a bare router's, the least a fast path can save. `--kube-proxy N`
+gives the node what kube-proxy's iptables mode writes (as iptables-nft loads it) for N
+services with one endpoint each: connection tracking; the nat table's KUBE-SERVICES chain,
+one rule per service walked in order by every new connection's first packet (and a
+KUBE-SVC/KUBE-SEP chain pair per service it would jump to); KUBE-POSTROUTING's masquerade
+check; the filter table's KUBE-FORWARD chain on every forwarded packet. The benchmark's
+traffic is pod to pod address, so it matches no service: the walk is what it costs.
 """
 
 from __future__ import annotations
@@ -91,6 +97,33 @@ def stream(src, dst, seconds: float) -> float:
     return json.loads(out)["end"]["sum_received"]["bits_per_second"] / 1e9
 
 
+def kube_proxy_rules(services: int) -> str:
+    """An nft script of kube-proxy's iptables-mode rules for ``services`` ClusterIP services
+    (10.96.0.0/16, port 80, each with one endpoint in 10.244.0.0/16), in the chains it names."""
+    lines = ["table ip kube_nat {",
+             "  chain prerouting { type nat hook prerouting priority dstnat; policy accept; jump kube_services; }",
+             "  chain postrouting { type nat hook postrouting priority srcnat; policy accept; "
+             "jump kube_postrouting; }",
+             "  chain kube_mark_masq { meta mark set meta mark or 0x4000; }",
+             "  chain kube_postrouting { meta mark and 0x4000 != 0x4000 return; "
+             "meta mark set meta mark xor 0x4000; masquerade; }"]
+    service_rules = []
+    for i in range(services):
+        vip, endpoint = f"10.96.{i // 250}.{i % 250 + 1}", f"10.244.{i // 250}.{i % 250 + 1}"
+        lines.append(f"  chain svc_{i} {{ ip saddr != 10.244.0.0/16 ip daddr {vip} tcp dport 80 "
+                     f"jump kube_mark_masq; jump sep_{i}; }}")
+        lines.append(f"  chain sep_{i} {{ ip saddr {endpoint} jump kube_mark_masq; "
+                     f"meta l4proto tcp dnat to {endpoint}:8080; }}")
+        service_rules.append(f"    ip daddr {vip} tcp dport 80 jump svc_{i}")
+    lines += ["  chain kube_services {", *service_rules, "    fib daddr type local jump kube_nodeports", "  }",
+              "  chain kube_nodeports { }", "}",
+              "table ip kube_filter {",
+              "  chain forward { type filter hook forward priority filter; policy accept; jump kube_forward; }",
+              "  chain kube_forward { ct state invalid drop; meta mark and 0x4000 == 0x4000 accept; "
+              "ct state related,established accept; }", "}"]
+    return "\n".join(lines) + "\n"
+
+
 def tune(lab) -> None:
     """Short-lived connections by the thousand: TIME_WAIT sockets reused, every port usable."""
     for place in (*lab.pods, lab.remote):
@@ -104,6 +137,9 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--conntrack", action="store_true",
                         help="the node tracks forwarded connections (a firewall rule), as a Kubernetes node does")
+    parser.add_argument("--kube-proxy", type=int, default=0, metavar="N",
+                        help="the node has kube-proxy's iptables-mode rules for N services (implies connection "
+                             "tracking)")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="tc-bench-"))
@@ -113,6 +149,10 @@ def main() -> int:
         tune(lab)
         if args.conntrack:
             lab.nft("add rule inet ebpfkit_lab forward ct state established,related accept")
+        if args.kube_proxy:
+            rules = work / "kube-proxy.nft"
+            rules.write_text(kube_proxy_rules(args.kube_proxy))
+            subprocess.run(in_ns(lab.node.name, ["nft", "-f", str(rules)]), check=True)
         paths = {"pod->pod": (lab.pods[0], lab.pods[1]), "pod->remote": (lab.pods[0], lab.remote)}
         endpoints = [(p.netns, p.device) for p in lab.pods]
         for run in range(args.runs):
@@ -131,7 +171,8 @@ def main() -> int:
                 finally:
                     if session is not None:
                         session.close()
-    node = "connection tracking on" if args.conntrack else "no connection tracking"
+    node = (f"kube-proxy's rules for {args.kube_proxy} services" if args.kube_proxy else
+            "connection tracking on" if args.conntrack else "no connection tracking")
     print(f"\ntc redirect vs the node's routing ({os.uname().release}, {node}; medians of {args.runs} runs of "
           f"{args.seconds:g} s)\n")
     print(f"{'path':12} {'measure':8} {'plain':>12} {'redirect':>12} {'ratio':>7}  target")
@@ -148,7 +189,7 @@ def main() -> int:
                         "runs": {m: results[(path, name, m)] for m in ("plain", "redirect")}})
     if args.json:
         Path(args.json).write_text(json.dumps({"kernel": os.uname().release, "conntrack": args.conntrack,
-                                               "rows": doc}, indent=1))
+                                               "kube_proxy_services": args.kube_proxy, "rows": doc}, indent=1))
     return 0
 
 
