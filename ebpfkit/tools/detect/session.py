@@ -153,7 +153,7 @@ class Session(ToolSession):
         self._containers: dict[int, str] = {}
         self._lost_seen = 0
         self._throttled_seen = 0
-        self._held: dict[int, tuple] = {}  # tgid -> (held back, last second of it, comm), not reported yet
+        self._held: dict[int, tuple] = {}  # tgid -> (held back, second first seen, comm), not reported yet
         self._held_seen: dict[int, int] = {}  # tgid -> the kernel's running total at the last look
 
     def _plan_watching(self, rules) -> None:
@@ -261,28 +261,29 @@ class Session(ToolSession):
         return int(self._obj.maps["throttled"][0].sum()) if self._obj is not None else 0
 
     def _throttled_alerts(self) -> list[Alert]:
-        """One alert per process with events held back, once the last second it had some held is
-        over: each second's count when detect keeps up, several seconds' together when it fell
-        behind (the kernel keeps each process's running total, so no second goes unreported)."""
+        """Per process with events held back, an alert at the first poll of a second after the
+        one it was first seen holding some: what was held since its last alert, so a flood
+        that goes on is reported about once a second, and no second is missed when detect falls
+        behind (the kernel keeps each process's running total)."""
         from ...sysinfo.processes import name_of
 
         if self.throttled > self._throttled_seen:
             self._throttled_seen = self.throttled
-            totals = {int(tgid): t for tgid, t in self._obj.maps["throttles"].items()}
-            for tgid, t in totals.items():
+            now = time.monotonic_ns() // 1_000_000_000  # the kernel's clock, in seconds
+            totals = {int(tgid): int(t.held_total) for tgid, t in self._obj.maps["throttles"].items()}
+            for tgid, total in totals.items():
                 seen = self._held_seen.get(tgid, 0)
-                if t.held_total < seen:  # evicted from the LRU map and back: counting from 0
+                if total < seen:  # evicted from the LRU map and back: counting from 0
                     seen = 0
-                if t.held_total > seen:  # the name is read once, while the process is likely still there
-                    held, _, comm = self._held.get(tgid, (0, 0, None))
-                    last = int(t.second) if t.held else int(t.second) - 1
-                    self._held[tgid] = (held + int(t.held_total) - seen, last, comm or name_of(tgid) or "?")
-                    self._held_seen[tgid] = int(t.held_total)
+                if total > seen:  # the name is read once, while the process is likely still there
+                    held, since, comm = self._held.get(tgid, (0, now, None))
+                    self._held[tgid] = (held + total - seen, since, comm or name_of(tgid) or "?")
+                    self._held_seen[tgid] = total
             for gone in self._held_seen.keys() - totals.keys():
                 del self._held_seen[gone]
         alerts, this_second = [], time.monotonic_ns() // 1_000_000_000  # the kernel's clock
-        for tgid, (held, last, comm) in list(self._held.items()):
-            if last >= this_second:
+        for tgid, (held, since, comm) in list(self._held.items()):
+            if since >= this_second:
                 continue
             del self._held[tgid]
             alerts.append(Alert(

@@ -445,6 +445,28 @@ def test_throttled_seconds_detect_did_not_look_at_are_still_reported(session):
     assert sum(a.event["held"] for a in reports) == held, (reports, held)
 
 
+def test_a_flood_that_goes_on_is_reported_as_it_goes(session):
+    """A flood over three seconds while detect polls: its held events are reported about once
+    a second while it lasts, not once at its end, and the reports add up to what was held."""
+    alerts_within(session, 0.3)
+    throttled = session.throttled
+    flooder = subprocess.Popen([sys.executable, "-c", "import os, socket, time\nos.close(0)\n"
+                                "end = time.monotonic() + 3\nwhile time.monotonic() < end:\n"
+                                "    s = socket.socket()\n    s.connect_ex(('127.0.0.1', 1))\n    s.close()\n"])
+    during = []
+    while flooder.poll() is None:
+        during += session.poll(50)
+    held = session.throttled - throttled
+    alerts, deadline = list(during), time.monotonic() + 3
+    while sum(a.event["held"] for a in alerts if a.rule == "Events throttled") < held and \
+            time.monotonic() < deadline:
+        alerts += session.poll(50)
+    reports = [a for a in alerts if a.rule == "Events throttled"]
+    assert len([a for a in during if a.rule == "Events throttled"]) >= 2, (reports, held)
+    assert {a.pid for a in reports} == {flooder.pid}, reports
+    assert sum(a.event["held"] for a in reports) == held, (reports, held)
+
+
 def free_port(family=socket.AF_INET, host="127.0.0.1") -> int:
     with socket.socket(family) as s:
         s.bind((host, 0))
