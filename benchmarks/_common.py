@@ -347,6 +347,11 @@ def loaded_prog_ids() -> set:
         return set()
 
 
+def in_ns(netns: str, argv: list) -> list:
+    """``argv`` run in network namespace ``netns``."""
+    return ["ip", "netns", "exec", netns, *argv]
+
+
 def median(xs):
     return statistics.median(xs) if xs else float("nan")
 

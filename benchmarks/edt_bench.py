@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks._common import median  # noqa: E402
+from benchmarks._common import in_ns, median  # noqa: E402
 from ebpfkit.tools import tc  # noqa: E402
 from ebpfkit.tools.tc.lab import LabNode  # noqa: E402
 
@@ -41,10 +41,6 @@ CLASSIC, OURS = "HTB, routed", "EDT, redirect"
 SETUPS = (CLASSIC, "HTB, redirect", OURS, "EDT, routed")
 PERCENTILES = ("50.000", "90.000", "99.000", "99.900")  # those sockperf prints
 TARGET_P99 = 5.0
-
-
-def in_ns(netns: str, argv: list) -> list:
-    return ["ip", "netns", "exec", netns, *argv]
 
 
 class Htb:

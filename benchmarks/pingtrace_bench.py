@@ -39,7 +39,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(HERE))
 
-from _common import median  # noqa: E402
+from _common import in_ns, median  # noqa: E402
 
 RTT_TARGET, THROUGHPUT_TARGET = 1.1, 0.97
 SPIKE_US, SPIKE_WINDOW_S = 1000, 0.05
@@ -110,10 +110,6 @@ STAMP(floor_drop, kfree_skb)
 
 char LICENSE[] SEC("license") = "GPL";
 """
-
-
-def in_ns(ns: str, argv: list) -> list:
-    return ["ip", "netns", "exec", ns, *argv]
 
 
 def ping_rtts(client: str, address: str, count: int) -> list[float]:
