@@ -1,6 +1,7 @@
 """tc redirect's fast path against the node's own routing, side by side in one run (as root):
 
-    python benchmarks/tc_bench.py [--runs 3] [--seconds 3] [--conntrack | --kube-proxy N] [--json FILE]
+    python benchmarks/tc_bench.py [--runs 3] [--seconds 3] [--conntrack] [--kube-proxy N] [--calico N]
+                                  [--cpu N] [--json FILE]
 
 On the lab node of ebpfkit.tools.tc.lab (a "node" namespace with veths to two "pods" and an
 uplink to a "remote", forwarding on, one nftables counter rule on its forward hook: a node
@@ -23,11 +24,18 @@ one rule per service walked in order by every new connection's first packet (and
 KUBE-SVC/KUBE-SEP chain pair per service it would jump to); KUBE-POSTROUTING's masquerade
 check; the filter table's KUBE-FORWARD chain on every forwarded packet. The benchmark's
 traffic is pod to pod address, so it matches no service: the walk is what it costs.
+`--calico N` gives it what Calico's iptables dataplane writes for N pods on the node (see
+calico_rules): the whitepaper's baseline. A Calico node runs kube-proxy too: give both.
+`--cpu N` runs everything on one CPU. Left to the scheduler, client and server sit on two
+CPUs and every message wakes the other one: in a VM an inter-processor interrupt and a halted
+vCPU's exit, tens of microseconds that dwarf the path a packet takes; on one CPU a
+transaction costs what its two stacks and the node's path cost, which is what a fast path saves.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -38,16 +46,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks._common import build_c, median  # noqa: E402
+from benchmarks._common import build_c, in_ns, median  # noqa: E402
 from ebpfkit.tools import tc  # noqa: E402
 from ebpfkit.tools.tc.lab import LabNode  # noqa: E402
 
 TARGETS = {"rr": 1.28, "crr": 1.40, "stream": 1.21}
 UNITS = {"rr": "transactions/s", "crr": "connections/s", "stream": "Gbit/s"}
-
-
-def in_ns(netns: str, argv: list) -> list:
-    return ["ip", "netns", "exec", netns, *argv]
 
 
 def server(netns: str, argv: list) -> subprocess.Popen:
@@ -124,6 +128,82 @@ def kube_proxy_rules(services: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def calico_rules(workloads: int, devices: list, pool: str) -> str:
+    """An nft script of what Calico's iptables dataplane (felix) writes, as iptables-nft loads
+    it, on a node with ``workloads`` pods whose node-side veths are ``devices`` plus made-up
+    caliXXXXXXXXXXX ones. Per forwarded packet: raw's mark reset and the strict reverse-path
+    check of a workload's packets (a FIB lookup), mangle's accept of tracked connections,
+    filter's cali-FORWARD with the from-workload dispatch (a two-level tree of interface
+    matches, as felix splits it) into the endpoint's chain, whose first rule accepts a tracked
+    connection; a new connection's first packet also walks the endpoint's profile and policy
+    chains (an ingress policy for the benchmark's ports on the real pods) and nat's hooks."""
+    # felix names a pod's veth cali + 11 hex digits of a hash: spread over 16 first digits
+    names = list(devices) + [f"cali{hashlib.sha1(str(i).encode()).hexdigest()[:11]}"
+                             for i in range(max(0, workloads - len(devices)))]
+    groups: dict = {}  # felix's dispatch tree: sorted names, split on their first differing character
+    for name in sorted(names):
+        groups.setdefault(name[:5], []).append(name)
+    families = ["cali", *sorted({name.rstrip("0123456789") for name in devices})]  # felix's one `-i cali+`
+    lines = ["table ip cali_raw {",
+             "  chain prerouting { type filter hook prerouting priority raw; policy accept; jump cali_prerouting; }",
+             "  chain cali_rpf_skip { }", "  chain cali_from_host_endpoint { }",
+             "  chain cali_prerouting {",
+             "    meta mark set meta mark and 0xfff0ffff",
+             *[f'    iifname "{family}*" meta mark set meta mark or 0x40000' for family in families],
+             "    meta mark and 0x40000 == 0x40000 jump cali_rpf_skip",
+             "    meta mark and 0x40000 == 0x40000 fib saddr . mark . iif oif missing drop",
+             "    meta mark and 0x40000 == 0 jump cali_from_host_endpoint",
+             "    meta mark and 0x10000 == 0x10000 accept", "  }", "}",
+             "table ip cali_mangle {",
+             "  chain prerouting { type filter hook prerouting priority mangle; policy accept; jump cali_prerouting; }",
+             "  chain postrouting { type filter hook postrouting priority mangle; policy accept; "
+             "jump cali_postrouting; }",
+             "  chain cali_from_host_endpoint { }", "  chain cali_to_host_endpoint { }",
+             "  chain cali_prerouting { ct state related,established accept; meta mark and 0x10000 == 0x10000 accept; "
+             "jump cali_from_host_endpoint; meta mark and 0x10000 == 0x10000 accept; }",
+             "  chain cali_postrouting { meta mark and 0x10000 == 0x10000 return; "
+             "meta mark set meta mark and 0xfff0ffff; ct status dnat return; jump cali_to_host_endpoint; "
+             "meta mark and 0x10000 == 0x10000 accept; }", "}",
+             "table ip cali_nat {",
+             "  chain prerouting { type nat hook prerouting priority dstnat; policy accept; jump cali_prerouting; }",
+             "  chain postrouting { type nat hook postrouting priority srcnat; policy accept; jump cali_postrouting; }",
+             "  chain cali_fip_dnat { }", "  chain cali_fip_snat { }",
+             "  chain cali_prerouting { jump cali_fip_dnat; }",
+             f"  chain cali_nat_outgoing {{ ip saddr {pool} ip daddr != {pool} masquerade; }}",
+             "  chain cali_postrouting { jump cali_fip_snat; jump cali_nat_outgoing; }", "}",
+             "table ip cali_filter {",
+             "  chain forward { type filter hook forward priority filter; policy accept; jump cali_forward; "
+             "meta mark and 0x10000 == 0x10000 accept; meta mark set meta mark or 0x10000; }",
+             "  chain cali_from_hep_forward { }", "  chain cali_to_hep_forward { }", "  chain cali_cidr_block { }",
+             "  chain cali_pro_kns_default { meta mark set meta mark or 0x10000; }",
+             "  chain cali_pri_kns_default { meta mark set meta mark or 0x10000; }",
+             f"  chain cali_pi_bench {{ ip saddr {pool} tcp dport {{ 11111, 11112, 11113 }} "
+             "meta mark set meta mark or 0x10000; meta mark and 0x10000 == 0x10000 return; }",
+             "  chain cali_forward {",
+             "    meta mark set meta mark and 0xfff1ffff",
+             "    meta mark and 0x10000 == 0 jump cali_from_hep_forward",
+             *[f'    iifname "{family}*" jump cali_from_wl_dispatch' for family in families],
+             *[f'    oifname "{family}*" jump cali_to_wl_dispatch' for family in families],
+             "    jump cali_to_hep_forward", "    jump cali_cidr_block", "  }"]
+    for way, match in (("from", "iifname"), ("to", "oifname")):
+        top = [f'{match} "{prefix}*" goto cali_{way}_wl_dispatch_{prefix}' for prefix in groups]
+        lines.append(f"  chain cali_{way}_wl_dispatch {{ {'; '.join(top)}; drop; }}")
+        for prefix, members in groups.items():
+            rules = [f'{match} "{name}" goto cali_{way[0]}w_{name}' for name in members]
+            lines.append(f"  chain cali_{way}_wl_dispatch_{prefix} {{ {'; '.join(rules)}; drop; }}")
+    for name in names:
+        head = ("ct state related,established accept; ct state invalid drop; "
+                "meta mark set meta mark and 0xfffcffff;")
+        lines.append(f"  chain cali_fw_{name} {{ {head} udp dport 4789 drop; meta l4proto 4 drop; "
+                     "jump cali_pro_kns_default; meta mark and 0x10000 == 0x10000 return; drop; }")
+        policy = ("jump cali_pi_bench; meta mark and 0x10000 == 0x10000 return; "
+                  if name in devices else "")
+        lines.append(f"  chain cali_tw_{name} {{ {head} {policy}jump cali_pri_kns_default; "
+                     "meta mark and 0x10000 == 0x10000 return; drop; }")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
 def tune(lab) -> None:
     """Short-lived connections by the thousand: TIME_WAIT sockets reused, every port usable."""
     for place in (*lab.pods, lab.remote):
@@ -140,8 +220,15 @@ def main() -> int:
     parser.add_argument("--kube-proxy", type=int, default=0, metavar="N",
                         help="the node has kube-proxy's iptables-mode rules for N services (implies connection "
                              "tracking)")
+    parser.add_argument("--calico", type=int, default=0, metavar="N",
+                        help="the node has Calico's iptables-mode rules for N pods (implies connection tracking)")
+    parser.add_argument("--cpu", type=int, metavar="N",
+                        help="run every process of the benchmark (clients, servers, the softirqs their sends "
+                             "raise) on CPU N: no cross-CPU wakeups, whose cost in a VM hides the path's")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args()
+    if args.cpu is not None:
+        os.sched_setaffinity(0, {args.cpu})  # inherited by every process started from here
     work = Path(tempfile.mkdtemp(prefix="tc-bench-"))
     exe = build_c(Path(__file__).with_name("crr.c"), work / "crr")
     results: dict = {}
@@ -152,6 +239,11 @@ def main() -> int:
         if args.kube_proxy:
             rules = work / "kube-proxy.nft"
             rules.write_text(kube_proxy_rules(args.kube_proxy))
+            subprocess.run(in_ns(lab.node.name, ["nft", "-f", str(rules)]), check=True)
+        if args.calico:
+            rules = work / "calico.nft"
+            devices = [p.node_device for p in lab.pods]  # the uplink is no workload's: the remote is a pod elsewhere
+            rules.write_text(calico_rules(args.calico, devices, "10.77.0.0/16"))
             subprocess.run(in_ns(lab.node.name, ["nft", "-f", str(rules)]), check=True)
         paths = {"pod->pod": (lab.pods[0], lab.pods[1]), "pod->remote": (lab.pods[0], lab.remote)}
         endpoints = [(p.netns, p.device) for p in lab.pods]
@@ -171,9 +263,11 @@ def main() -> int:
                 finally:
                     if session is not None:
                         session.close()
-    node = (f"kube-proxy's rules for {args.kube_proxy} services" if args.kube_proxy else
-            "connection tracking on" if args.conntrack else "no connection tracking")
-    print(f"\ntc redirect vs the node's routing ({os.uname().release}, {node}; medians of {args.runs} runs of "
+    place = f"all on CPU {args.cpu}" if args.cpu is not None else "placed by the scheduler"
+    node = ", ".join([*([f"Calico's rules for {args.calico} pods"] if args.calico else []),
+                      *([f"kube-proxy's rules for {args.kube_proxy} services"] if args.kube_proxy else []),
+                      *(["connection tracking on"] if args.conntrack else [])]) or "no connection tracking"
+    print(f"\ntc redirect vs the node's routing ({os.uname().release}, {node}; {place}; medians of {args.runs} runs of "
           f"{args.seconds:g} s)\n")
     print(f"{'path':12} {'measure':8} {'plain':>12} {'redirect':>12} {'ratio':>7}  target")
     doc = []
@@ -189,7 +283,8 @@ def main() -> int:
                         "runs": {m: results[(path, name, m)] for m in ("plain", "redirect")}})
     if args.json:
         Path(args.json).write_text(json.dumps({"kernel": os.uname().release, "conntrack": args.conntrack,
-                                               "kube_proxy_services": args.kube_proxy, "rows": doc}, indent=1))
+                                               "kube_proxy_services": args.kube_proxy,
+                                               "calico_pods": args.calico, "cpu": args.cpu, "rows": doc}, indent=1))
     return 0
 
 
