@@ -3,9 +3,12 @@
     python benchmarks/tc_bench.py [--runs 3] [--seconds 3] [--conntrack] [--kube-proxy N] [--calico N]
                                   [--cpu N] [--json FILE]
 
-On the lab node of ebpfkit.tools.tc.lab (a "node" namespace with veths to two "pods" and an
-uplink to a "remote", forwarding on, one nftables counter rule on its forward hook: a node
-with next to no firewall), for pod -> pod and pod -> remote, with and without `tc redirect`:
+On two lab nodes of ebpfkit.tools.tc.lab (each a "node" namespace with veths to two "pods" and
+an uplink to a "remote", forwarding on, one nftables counter rule on its forward hook: a node
+with next to no firewall), linked as two nodes of a cluster, with and without `tc redirect` (on
+both nodes): pod -> pod on the first node, pod -> remote (out of its uplink: one node's path),
+and cross-node, a pod of the first to a pod of the second (the path of both nodes, as the
+whitepaper's cross-node figures):
 
 - TCP_RR: one connection, a 14-byte message each way per transaction (sockperf ping-pong, its
   smallest), transactions/s;
@@ -52,6 +55,7 @@ from ebpfkit.tools.tc.lab import LabNode  # noqa: E402
 
 TARGETS = {"rr": 1.28, "crr": 1.40, "stream": 1.21}
 UNITS = {"rr": "transactions/s", "crr": "connections/s", "stream": "Gbit/s"}
+CLUSTER = "10.76.0.0/14"  # both lab nodes' pods (10.77/16, 10.78/16): Calico's pool, not masqueraded within
 
 
 def server(netns: str, argv: list) -> subprocess.Popen:
@@ -211,6 +215,22 @@ def tune(lab) -> None:
             subprocess.run(in_ns(place.netns, ["sh", "-c", f"echo {value} > /proc/sys/{key}"]), check=True)
 
 
+def firewall(lab, args, work: Path) -> None:
+    """The node's netfilter rules as the options ask, and the tuning short connections need."""
+    tune(lab)
+    if args.conntrack:
+        lab.nft("add rule inet ebpfkit_lab forward ct state established,related accept")
+    if args.kube_proxy:
+        rules = work / f"kube-proxy-{lab.network}.nft"
+        rules.write_text(kube_proxy_rules(args.kube_proxy))
+        subprocess.run(in_ns(lab.node.name, ["nft", "-f", str(rules)]), check=True)
+    if args.calico:
+        rules = work / f"calico-{lab.network}.nft"
+        devices = [p.node_device for p in lab.pods]  # the uplink is no workload's: the remote is a pod elsewhere
+        rules.write_text(calico_rules(args.calico, devices, CLUSTER))
+        subprocess.run(in_ns(lab.node.name, ["nft", "-f", str(rules)]), check=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=3)
@@ -232,26 +252,20 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="tc-bench-"))
     exe = build_c(Path(__file__).with_name("crr.c"), work / "crr")
     results: dict = {}
-    with LabNode(purpose="tcbench") as lab:
-        tune(lab)
-        if args.conntrack:
-            lab.nft("add rule inet ebpfkit_lab forward ct state established,related accept")
-        if args.kube_proxy:
-            rules = work / "kube-proxy.nft"
-            rules.write_text(kube_proxy_rules(args.kube_proxy))
-            subprocess.run(in_ns(lab.node.name, ["nft", "-f", str(rules)]), check=True)
-        if args.calico:
-            rules = work / "calico.nft"
-            devices = [p.node_device for p in lab.pods]  # the uplink is no workload's: the remote is a pod elsewhere
-            rules.write_text(calico_rules(args.calico, devices, "10.77.0.0/16"))
-            subprocess.run(in_ns(lab.node.name, ["nft", "-f", str(rules)]), check=True)
-        paths = {"pod->pod": (lab.pods[0], lab.pods[1]), "pod->remote": (lab.pods[0], lab.remote)}
-        endpoints = [(p.netns, p.device) for p in lab.pods]
+    with LabNode(purpose="tcbench") as lab, LabNode(purpose="tcbench2", network="10.78") as lab2:
+        link, link2 = lab.connect(lab2)
+        for node in (lab, lab2):
+            firewall(node, args, work)
+        paths = {"pod->pod": (lab.pods[0], lab.pods[1]), "pod->remote": (lab.pods[0], lab.remote),
+                 "cross-node": (lab.pods[0], lab2.pods[0])}
         for run in range(args.runs):
             for mode in ("plain", "redirect"):
-                session = (tc.open_redirect(netns=lab.node.name, endpoints=endpoints,
-                                            uplinks=[lab.remote.node_device]) if mode == "redirect" else None)
+                sessions = []
                 try:
+                    if mode == "redirect":  # both nodes: the cross-node path skips the stack on each
+                        for node, uplinks in ((lab, [lab.remote.node_device, link]), (lab2, [link2])):
+                            sessions.append(tc.open_redirect(netns=node.node.name, uplinks=uplinks,
+                                                             endpoints=[(p.netns, p.device) for p in node.pods]))
                     for path, (src, dst) in paths.items():
                         for name, measure in (("rr", lambda s, d: rr(s, d, args.seconds)),
                                               ("crr", lambda s, d: crr(s, d, args.seconds, exe)),
@@ -261,7 +275,7 @@ def main() -> int:
                             print(f"run {run + 1} {mode:8} {path:12} {name:6} {value:12.2f} {UNITS[name]}",
                                   file=sys.stderr, flush=True)
                 finally:
-                    if session is not None:
+                    for session in sessions:
                         session.close()
     place = f"all on CPU {args.cpu}" if args.cpu is not None else "placed by the scheduler"
     node = ", ".join([*([f"Calico's rules for {args.calico} pods"] if args.calico else []),
@@ -271,7 +285,7 @@ def main() -> int:
           f"{args.seconds:g} s)\n")
     print(f"{'path':12} {'measure':8} {'plain':>12} {'redirect':>12} {'ratio':>7}  target")
     doc = []
-    for path in ("pod->pod", "pod->remote"):
+    for path in ("pod->pod", "pod->remote", "cross-node"):
         for name in ("rr", "crr", "stream"):
             plain, fast = median(results[(path, name, "plain")]), median(results[(path, name, "redirect")])
             ratio = fast / plain if plain else float("nan")

@@ -7,6 +7,9 @@ hands over directly, it does not)::
     with LabNode() as lab:
         lab.pods[0].address, lab.remote.address, lab.forwarded()
 
+Two lab nodes of different networks (``LabNode(network="10.78")``) linked by ``connect`` are
+two nodes of a cluster: each routes the other's pods over a veth between them.
+
 Everything lives in namespaces the lab creates and removes; nothing touches this host's own.
 """
 
@@ -22,7 +25,8 @@ from ...net import NetNS, create_veth
 from ...net.netns import in_netns
 from ...net.netns import iproute as iproute_in
 
-SUBNET = "10.77.0.0/16"  # the pods' and the remote's addresses: 10.77.N.2 behind 10.77.N.1 on the node
+NETWORK = "10.77"  # the pods' and the remote's addresses: 10.77.N.2 behind 10.77.N.1 on the node
+LINKS = "10.76.0"  # between two lab nodes: .1 on the first, .2 on the second
 NFT_TABLE = "ebpfkit_lab"
 
 
@@ -38,8 +42,9 @@ class Place:
 class LabNode:
     """The namespaces, veths, routes and the nftables counter; removed on exit."""
 
-    def __init__(self, pods: int = 2, purpose: str = "tclab"):
-        self.purpose, self.pod_count = purpose, pods
+    def __init__(self, pods: int = 2, purpose: str = "tclab", network: str = NETWORK):
+        self.purpose, self.pod_count, self.network = purpose, pods, network
+        self.subnet = f"{network}.0.0/16"
         self._namespaces: list[NetNS] = []
         self.node: NetNS | None = None
         self.pods: list[Place] = []
@@ -103,6 +108,16 @@ class LabNode:
     def add_route(self, netns: str, destination: str, gateway: str) -> None:
         with iproute_in(netns) as ipr:
             ipr.route("add", dst=destination, gateway=gateway)
+
+    def connect(self, other: "LabNode") -> tuple[str, str]:
+        """Link this node to ``other`` (a lab node of another network) as two nodes of a
+        cluster are: a veth between the node namespaces and a route each way to the other's
+        pods. The veth's device on this node and on ``other``."""
+        devices = ("ekpeer1", "ekpeer2")  # made in this node's namespace, then one end moved
+        create_veth(self.node, other.node, names=devices, addresses=(f"{LINKS}.1/30", f"{LINKS}.2/30"))
+        self.add_route(self.node.name, other.subnet, f"{LINKS}.2")
+        self.add_route(other.node.name, self.subnet, f"{LINKS}.1")
+        return devices
 
     def nft(self, command: str) -> str:
         """An nft command in the node's namespace (a rule of a test's own)."""
@@ -176,11 +191,11 @@ class LabNode:
 
     def _place(self, role: str, n: int, node_device: str) -> Place:
         ns = self._netns(role)
-        gateway, address = f"10.77.{n}.1", f"10.77.{n}.2"
+        gateway, address = f"{self.network}.{n}.1", f"{self.network}.{n}.2"
         create_veth(self.node, ns, names=(node_device, "eth0"), addresses=(f"{gateway}/24", f"{address}/24"))
         with ns.iproute() as ipr:
             if role == "remote":  # the pods are behind the node
-                ipr.route("add", dst=SUBNET, gateway=gateway)
+                ipr.route("add", dst=self.subnet, gateway=gateway)
             else:
                 ipr.route("add", dst="default", gateway=gateway)
         return Place(ns.name, "eth0", address, node_device, gateway)

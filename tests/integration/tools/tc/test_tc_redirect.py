@@ -21,8 +21,8 @@ SIZE = 4 << 20
 def open_on(lab, **settings):
     from ebpfkit.tools import tc
 
-    return tc.open_redirect(netns=lab.node.name, endpoints=[(p.netns, p.device) for p in lab.pods],
-                            uplinks=[lab.remote.node_device], **settings)
+    settings.setdefault("uplinks", [lab.remote.node_device])
+    return tc.open_redirect(netns=lab.node.name, endpoints=[(p.netns, p.device) for p in lab.pods], **settings)
 
 
 def test_without_it_the_nodes_stack_forwards_everything(lab):
@@ -45,6 +45,29 @@ def test_pod_to_pod_and_to_remote_skip_the_nodes_stack(lab):
     assert counts["to_endpoint"]["packets"] >= 4 * SIZE // 65536   # into the pods, from pods and remote
     assert counts["routed"]["packets"] + counts["to_neigh"]["packets"] >= 2 * SIZE // 65536  # out to remote
     assert counts["to_endpoint"]["bytes"] >= 3 * SIZE  # three transfers' data ended in a pod
+
+
+def test_between_two_nodes_both_stacks_are_skipped(lab):
+    """Two lab nodes linked as a cluster's are: a pod of one reaches a pod of the other
+    through both nodes' stacks, and with the fast path on both through neither."""
+    from ebpfkit.tools import tc
+    from ebpfkit.tools.tc.lab import LabNode
+
+    with LabNode(purpose="tclab2", network="10.78") as other:
+        here, there = lab.connect(other)
+        pod, far = lab.pods[0], other.pods[1]
+        assert lab.transfer(pod, far, SIZE) == SIZE
+        assert lab.forwarded() > SIZE // 65536 and other.forwarded() > SIZE // 65536
+        lab.reset_forwarded()
+        other.reset_forwarded()
+        with open_on(lab, uplinks=[lab.remote.node_device, here]) as near_side, \
+                tc.open_redirect(netns=other.node.name, endpoints=[(p.netns, p.device) for p in other.pods],
+                                 uplinks=[there]) as far_side:
+            assert lab.transfer(pod, far, SIZE) == SIZE
+            assert lab.transfer(far, pod, SIZE) == SIZE
+            assert (lab.forwarded(), other.forwarded()) == (0, 0)
+            assert far_side.sample()["to_endpoint"]["bytes"] >= SIZE  # handed into the far pod
+            assert near_side.sample()["to_endpoint"]["bytes"] >= SIZE  # and the way back into ours
 
 
 def test_the_node_still_answers_for_itself_and_what_it_does_not_own_goes_to_its_stack(lab):
