@@ -8,7 +8,8 @@ an uplink to a "remote", forwarding on, one nftables counter rule on its forward
 with next to no firewall), linked as two nodes of a cluster, with and without `tc redirect` (on
 both nodes): pod -> pod on the first node, pod -> remote (out of its uplink: one node's path),
 and cross-node, a pod of the first to a pod of the second (the path of both nodes, as the
-whitepaper's cross-node figures):
+whitepaper's cross-node figures). In the plain rounds, also two namespaces on one veth with no
+node between them: the floor no node's path, fast or not, gets under:
 
 - TCP_RR: one connection, a 14-byte message each way per transaction (sockperf ping-pong, its
   smallest), transactions/s;
@@ -46,12 +47,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks._common import build_c, in_ns, median  # noqa: E402
 from ebpfkit.tools import tc  # noqa: E402
-from ebpfkit.tools.tc.lab import LabNode  # noqa: E402
+from ebpfkit.net import NetNS, create_veth  # noqa: E402
+from ebpfkit.tools.tc.lab import LabNode, Place  # noqa: E402
 
 TARGETS = {"rr": 1.28, "crr": 1.40, "stream": 1.21}
 UNITS = {"rr": "transactions/s", "crr": "connections/s", "stream": "Gbit/s"}
@@ -208,16 +211,26 @@ def calico_rules(workloads: int, devices: list, pool: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def tune(lab) -> None:
+def tune(places) -> None:
     """Short-lived connections by the thousand: TIME_WAIT sockets reused, every port usable."""
-    for place in (*lab.pods, lab.remote):
+    for place in places:
         for key, value in (("net/ipv4/tcp_tw_reuse", "1"), ("net/ipv4/ip_local_port_range", "1024 65535")):
             subprocess.run(in_ns(place.netns, ["sh", "-c", f"echo {value} > /proc/sys/{key}"]), check=True)
 
 
+@contextmanager
+def direct_pair():
+    """Two namespaces on one veth, no node between them: the floor under any node's path."""
+    with NetNS("tcbench-a") as a, NetNS("tcbench-b") as b:
+        create_veth(a, b, names=("eth0", "eth1"), addresses=("10.75.0.1/24", "10.75.0.2/24"))
+        ends = (Place(a.name, "eth0", "10.75.0.1", "", ""), Place(b.name, "eth1", "10.75.0.2", "", ""))
+        tune(ends)
+        yield ends
+
+
 def firewall(lab, args, work: Path) -> None:
     """The node's netfilter rules as the options ask, and the tuning short connections need."""
-    tune(lab)
+    tune((*lab.pods, lab.remote))
     if args.conntrack:
         lab.nft("add rule inet ebpfkit_lab forward ct state established,related accept")
     if args.kube_proxy:
@@ -252,7 +265,8 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="tc-bench-"))
     exe = build_c(Path(__file__).with_name("crr.c"), work / "crr")
     results: dict = {}
-    with LabNode(purpose="tcbench") as lab, LabNode(purpose="tcbench2", network="10.78") as lab2:
+    with LabNode(purpose="tcbench") as lab, LabNode(purpose="tcbench2", network="10.78") as lab2, \
+            direct_pair() as direct:
         link, link2 = lab.connect(lab2)
         for node in (lab, lab2):
             firewall(node, args, work)
@@ -266,7 +280,8 @@ def main() -> int:
                         for node, uplinks in ((lab, [lab.remote.node_device, link]), (lab2, [link2])):
                             sessions.append(tc.open_redirect(netns=node.node.name, uplinks=uplinks,
                                                              endpoints=[(p.netns, p.device) for p in node.pods]))
-                    for path, (src, dst) in paths.items():
+                    # the floor, measured in the plain rounds only: nothing of tc redirect is on it
+                    for path, (src, dst) in ({**paths, "direct": direct} if mode == "plain" else paths).items():
                         for name, measure in (("rr", lambda s, d: rr(s, d, args.seconds)),
                                               ("crr", lambda s, d: crr(s, d, args.seconds, exe)),
                                               ("stream", lambda s, d: stream(s, d, args.seconds))):
@@ -295,10 +310,19 @@ def main() -> int:
             doc.append({"path": path, "measure": name, "plain": plain, "redirect": fast, "ratio": ratio,
                         "target": TARGETS[name], "unit": UNITS[name],
                         "runs": {m: results[(path, name, m)] for m in ("plain", "redirect")}})
+    floor = {name: median(results[("direct", name, "plain")]) for name in ("rr", "crr", "stream")}
+    print("\nno node at all (two namespaces on one veth): " +
+          ", ".join(f"{name} {floor[name]:.2f} {UNITS[name]}" for name in floor))
+    for path in ("pod->pod", "cross-node"):
+        print(f"{path} with tc redirect reaches " + ", ".join(
+            f"{name} {median(results[(path, name, 'redirect')]) / floor[name]:.0%}" for name in floor) +
+              " of that; the plain path " + ", ".join(
+            f"{name} {median(results[(path, name, 'plain')]) / floor[name]:.0%}" for name in floor))
     if args.json:
+        direct = {name: results[("direct", name, "plain")] for name in floor}
         Path(args.json).write_text(json.dumps({"kernel": os.uname().release, "conntrack": args.conntrack,
-                                               "kube_proxy_services": args.kube_proxy,
-                                               "calico_pods": args.calico, "cpu": args.cpu, "rows": doc}, indent=1))
+                                               "kube_proxy_services": args.kube_proxy, "calico_pods": args.calico,
+                                               "cpu": args.cpu, "rows": doc, "direct": direct}, indent=1))
     return 0
 
 
