@@ -57,8 +57,10 @@ struct {
 
 static struct kept_entries none_kept;
 EK_EXPORT_TYPE(struct pingtrace_event);
-EK_EXPORT_TYPE(struct wire_probe); /* wire.py checks its layout against these */
+EK_EXPORT_TYPE(struct wire_probe); /* wire.py's layout and constants */
 EK_EXPORT_TYPE(struct wire_entry);
+EK_EXPORT_TYPE(enum pingtrace_wire);
+EK_EXPORT_TYPE(enum pingtrace_point);
 EK_EXPORT_TYPE(enum skb_drop_reason); /* the reason names of this kernel, for session.py */
 
 /* The wire's layout (plain structs: vmlinux.h's carry CO-RE relocations). */
@@ -304,13 +306,13 @@ static __always_inline int dropped(const struct sk_buff *skb, __u32 reason, bool
 	int BPF_PROG(pt_qdisc_enqueue##suffix, struct Qdisc *q, const struct netdev_queue *txq,   \
 		     struct sk_buff *skb)                                                         \
 	{                                                                                         \
-		return on_device(skb, NULL, PT_QDISC_ENQ, false, typed);                          \
+		return on_device(skb, NULL, PT_QDISC_ENQUEUE, false, typed);                      \
 	}                                                                                         \
 	SEC(#kind "/qdisc_dequeue")                                                               \
 	int BPF_PROG(pt_qdisc_dequeue##suffix, struct Qdisc *q, const struct netdev_queue *txq,   \
 		     int packets, struct sk_buff *skb)                                            \
 	{                                                                                         \
-		return on_device(skb, NULL, PT_QDISC_DEQ, false, typed);                          \
+		return on_device(skb, NULL, PT_QDISC_DEQUEUE, false, typed);                      \
 	}                                                                                         \
 	SEC(#kind "/net_dev_start_xmit")                                                          \
 	int BPF_PROG(pt_xmit##suffix, const struct sk_buff *skb, const struct net_device *dev)    \
@@ -369,7 +371,7 @@ SEC("tc")
 int pt_reply_out(struct __sk_buff *skb)
 {
 	const __u32 ip_off = ETH_HEADER_LEN, icmp_off = ETH_HEADER_LEN + sizeof(struct wire_ipv4);
-	const __u32 csum_off = icmp_off + 2, head_off = icmp_off + 8, entries_off = head_off + PINGTRACE_HEADER_LEN;
+	const __u32 csum_off = icmp_off + 2, head_off = icmp_off + 8, entries_off = icmp_off + sizeof(struct wire_probe);
 	struct wire_entry be, old;
 	struct kept_entries *k;
 	struct probe_key key;

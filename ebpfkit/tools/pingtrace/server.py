@@ -2,7 +2,7 @@
 probe itself; the server only makes each reply carry this host's checkpoints of its request
 (the request's backlog and receive on each device and namespace it crossed here, up to
 PINGTRACE_MAX_ENTRIES - 1) and the moment the reply leaves the stack (tc egress of the device
-it leaves by), written into the probe's padding (wire.py's entries). A client then sees the
+it leaves by), written into the probe's padding (pingtrace.h's struct wire_entry). A client then sees the
 far host's stages too, on that host's clock, which it corrects (session.ClockFilter)::
 
     from ebpfkit.tools.pingtrace import server
@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from ...errors import ConfigError
 from ..config import ToolConfig
 from ..session import ToolSession, choose_typed_or_raw
-from .session import PROGRAM, RAW_HOOK, TYPED_HOOK, check_wire, skip_missing_tracepoints
+from . import wire
+from .session import PROGRAM, RAW_HOOK, TYPED_HOOK, skip_missing_tracepoints
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ class Server(ToolSession):
         spec.rodata.update({"server": True, "targ_session": 0, "user_id": config.user_id})
         self._obj = spec.load()
         try:
-            check_wire(self._obj)
+            wire.Layout(self._obj.btf)  # refuses a program whose probe wire.py cannot read
             self._obj.attach()
             self.devices = self._attach_egress()
         except BaseException:

@@ -26,7 +26,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field, replace
 
-from ...errors import ConfigError, LoadError, PermissionDeniedError
+from ...errors import ConfigError, PermissionDeniedError
 from ..config import ToolConfig
 from ..session import ToolSession, choose_typed_or_raw
 from . import wire
@@ -37,7 +37,6 @@ PROGRAM = os.path.join(os.path.dirname(__file__), "pingtrace.bpf.c")
 TYPED_HOOK = "tp_btf net_dev_queue/qdisc_*/net_dev_start_xmit/netif_rx/netif_receive_skb/" \
              "sched_waking/skb_copy_datagram_iovec/kfree_skb"
 RAW_HOOK = "raw tracepoints " + TYPED_HOOK.split(" ", 1)[1]
-USER_TX, USER_RX, DROP = wire.POINTS.index("user_tx"), wire.POINTS.index("user_rx"), wire.POINTS.index("drop")
 DIRECTIONS = {wire.ICMP_ECHO_REQUEST: "request", wire.ICMP_ECHO_REPLY: "reply"}
 # checkpoints whose tracepoint an older kernel may lack: (group, tracepoint, program)
 OPTIONAL = (("qdisc", "qdisc_enqueue", "pt_qdisc_enqueue"), ("qdisc", "qdisc_dequeue", "pt_qdisc_dequeue"))
@@ -97,7 +96,7 @@ class Config(ToolConfig):
 class Checkpoint:
     """Where and when a probe was seen."""
 
-    point: str       # wire.POINTS: user_tx, dev_queue, ..., receive, user_copy, user_rx, drop
+    point: str       # enum pingtrace_point's names: user_tx, dev_queue, ..., receive, user_copy, user_rx, drop
     direction: str   # "request" or "reply"
     netns: str       # the namespace's name (its inode number if it has none)
     device: str      # the device's name ("" where no device is involved)
@@ -199,7 +198,8 @@ class Session(ToolSession):
             spec.programs["pt_reply_out"].autoload = False  # the server's (server.py)
             spec.rodata["targ_session"] = self.session_id
             self._obj = spec.load()
-            check_wire(self._obj)
+            self._wire = wire.Layout(self._obj.btf)
+            self._drop = self._wire.points.index("drop")
             self._obj.attach()
             self._reader = self._obj.ring_buffer("events", event_type="pingtrace_event")
             self._drop_reasons = _drop_reasons(self._obj.btf)
@@ -262,7 +262,7 @@ class Session(ToolSession):
     # --- inside ---
 
     def _send(self, seq: int) -> _Pending:
-        message = wire.request(self.echo_id, self.session_id, seq, self.config.size)
+        message = self._wire.request(self.echo_id, self.session_id, seq, self.config.size)
         wall, sent_ns = time.time(), time.monotonic_ns()
         self._sock.sendto(message, (self.address, 0))
         return _Pending(seq, sent_ns, wall, time.monotonic() + self.config.timeout, self._netns)
@@ -276,7 +276,7 @@ class Session(ToolSession):
                 return
             rx_ns = time.monotonic_ns()
             try:
-                probe = wire.parse(packet)
+                probe = self._wire.parse(packet)
             except wire.MalformedProbe:
                 self.foreign += 1
                 continue
@@ -293,15 +293,15 @@ class Session(ToolSession):
                 pending[ev.seq].events.append(ev)
 
     def _finished(self, p: _Pending, rx_ns: int | None, entries=()) -> ProbeResult:
-        seen = [ev for ev in p.events if rx_ns is None or ev.point != DROP]  # a reply's drops: copies
+        seen = [ev for ev in p.events if rx_ns is None or ev.point != self._drop]  # a reply's drops: copies
         # sent: stamped here just before sendto(), as ping does (a kernel stamp at the syscall's
         # entry would need a syscall tracepoint, which slows every syscall of every process)
         points = [Checkpoint("user_tx", "request", p.netns, "", p.sent_ns)]
         points += sorted((self._checkpoint(ev) for ev in seen), key=lambda c: c.ns)
-        drop = next((ev for ev in seen if ev.point == DROP), None)
+        drop = next((ev for ev in seen if ev.point == self._drop), None)
         if rx_ns is not None:
             points.append(Checkpoint("user_rx", "reply", p.netns, "", rx_ns))
-        remote = tuple(_remote_checkpoint(e) for e in entries)
+        remote = tuple(self._remote_checkpoint(e) for e in entries)
         offset = self._clock_sample(points, remote, p.netns)
         if remote and offset is not None and not self.config.nslocal:
             points = sorted(points + [replace(c, ns=round(c.ns - offset[0])) for c in remote], key=lambda c: c.ns)
@@ -326,8 +326,16 @@ class Session(ToolSession):
         return self.clock.estimate if remote else None
 
     def _checkpoint(self, ev) -> Checkpoint:
-        return Checkpoint(wire.POINTS[ev.point], DIRECTIONS.get(ev.icmp_type, str(ev.icmp_type)),
+        return Checkpoint(self._wire.point_name(ev.point), DIRECTIONS.get(ev.icmp_type, str(ev.icmp_type)),
                           self._names.netns(ev.netns), self._names.device(ev.netns, ev.ifindex), ev.ts, ev.cpu)
+
+    def _remote_checkpoint(self, entry) -> Checkpoint:
+        """A server's entry as a checkpoint, on its clock; named by its user id, its namespace's
+        inode and its device's index (names there are not known here)."""
+        point = self._wire.point_name(entry.point)
+        return Checkpoint(point, "reply" if point == "egress" else "request",
+                          f"remote{entry.user_id}:netns-{entry.netns}" if entry.netns else f"remote{entry.user_id}",
+                          f"if{entry.ifindex}" if entry.ifindex else "", entry.ns)
 
 
 def _reply_arrival(points, netns: str) -> int | None:
@@ -345,23 +353,6 @@ def _reply_arrival(points, netns: str) -> int | None:
                                                                         points[last].device):
         return before.ns
     return points[last].ns
-
-
-def check_wire(obj) -> None:
-    """The probe's layout in wire.py is the programs' (their BTF): else no probe would parse."""
-    mismatches = wire.layout_mismatches(obj.btf)
-    if mismatches:
-        raise LoadError("pingtrace's wire layout differs between wire.py and pingtrace.h: "
-                        + "; ".join(mismatches))
-
-
-def _remote_checkpoint(entry) -> Checkpoint:
-    """A server's entry as a checkpoint, on its clock; named by its user id, its namespace's
-    inode and its device's index (names there are not known here)."""
-    point = wire.POINTS[entry.point] if entry.point < len(wire.POINTS) else str(entry.point)
-    return Checkpoint(point, "reply" if point == "egress" else "request",
-                      f"remote{entry.user_id}:netns-{entry.netns}" if entry.netns else f"remote{entry.user_id}",
-                      f"if{entry.ifindex}" if entry.ifindex else "", entry.ns)
 
 
 def _resolve(target: str) -> str:

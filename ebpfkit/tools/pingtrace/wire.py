@@ -1,19 +1,15 @@
 """pingtrace's probe on the wire: an ICMP echo request (type 8) with code 1, whose payload
-starts with a header, after sysak's PingTrace:
+starts with a header, after sysak's PingTrace. The layout is pingtrace.h's, which the programs
+build and read: ``struct wire_probe`` (the echo's 8-byte header, then magic, version, the count
+of entries, the client run's session, the probe's seq), then that many ``struct wire_entry``
+(a server's checkpoints: netns inode, ifindex, user id, checkpoint, ns), then zero padding up
+to the probe's size. ``Layout`` reads those structs and the constants beside them from a loaded
+program's BTF, so C and Python cannot disagree; what this module adds is the byte order (all
+big-endian) and the rules a message must meet.
 
-    offset  size  field
-    0       2     magic 0x7ace
-    2       1     version (1)
-    3       1     entries: how many 24-byte checkpoint entries follow the header
-    4       4     session: the client run that sent it (a random nonzero number)
-    8       4     seq: the probe's number in that run (the echo's 16-bit seq is its low half)
-    12      4     reserved (0)
-    16      24*n  entries {netns inode u32, ifindex u32, user id u32, checkpoint u32, ns u64}
-    ...           zero padding up to the probe's size
-
-All big-endian. The echo reply (type 0) carries the payload back; a Linux kernel replies with
-the request's code, so a reply is a probe too. Anything that is not a well-formed probe of a
-known version is foreign: ``parse`` says why, the caller counts it and moves on.
+The echo reply (type 0) carries the payload back; a Linux kernel replies with the request's
+code, so a reply is a probe too. Anything that is not a well-formed probe of a known version is
+foreign: ``Layout.parse`` says why, the caller counts it and moves on.
 """
 
 from __future__ import annotations
@@ -21,42 +17,16 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from ...errors import LoadError
+
 ICMP_ECHO_REPLY, ICMP_ECHO_REQUEST = 0, 8
-CODE = 1
-MAGIC = 0x7ACE
-VERSION = 1
-ICMP = struct.Struct("!BBHHH")      # type, code, checksum, echo id, echo seq
-HEADER = struct.Struct("!HBBIII")   # magic, version, entries, session, seq, reserved
-ENTRY = struct.Struct("!IIIIQ")     # netns, ifindex, user id, checkpoint, ns
-MIN_SIZE = 144                      # ICMP payload bytes: the header and five entries, rounded up
-                                    # (pingtrace.h's PINGTRACE_MIN_SIZE: its programs skip shorter packets)
+# A probe's payload size: the limits a user may ask for, known before a program is compiled (the
+# CLI's default). The least is pingtrace.h's PINGTRACE_MIN_SIZE (Layout checks): its programs
+# skip shorter packets.
+MIN_SIZE = 144
 MAX_SIZE = 65000
 
-# Checkpoints (pingtrace.h's enum pingtrace_point), in the order a probe meets them on a host.
-POINTS = ("user_tx", "dev_queue", "qdisc_enqueue", "qdisc_dequeue", "xmit", "netif_rx", "receive",
-          "wakeup", "user_copy", "user_rx", "drop", "egress")
-
-
-# pingtrace.h's structs of the same layout: (struct, this module's formats in order, field names)
-C_LAYOUTS = (("wire_probe", (ICMP, HEADER), ("type", "code", "checksum", "echo_id", "echo_seq", "magic",
-                                             "version", "entries", "session", "seq", "reserved")),
-             ("wire_entry", (ENTRY,), ("netns", "ifindex", "user_id", "point", "ts")))
-
-
-def layout_mismatches(btf) -> list[str]:
-    """Where the formats above and the program's structs (its BTF) disagree: nothing, or what
-    differs, so a change on one side alone fails at load, not as garbage on the wire."""
-    found = []
-    for name, formats, fields in C_LAYOUTS:
-        codes = "".join(f.format[1:] for f in formats)
-        offsets = [struct.calcsize("!" + codes[:i]) for i in range(len(codes))]
-        t = btf.type(btf.find(name, "struct"))
-        members = [(m.name, m.bit_offset // 8) for m in t.members]
-        expected = list(zip(fields, offsets))
-        if members != expected or t.size != struct.calcsize("!" + codes):
-            found.append(f"struct {name}: the program has {members} ({t.size} bytes), wire.py "
-                         f"{expected} ({struct.calcsize('!' + codes)} bytes)")
-    return found
+_INTEGERS = {1: "B", 2: "H", 4: "I", 8: "Q"}
 
 
 class MalformedProbe(ValueError):
@@ -81,6 +51,113 @@ class Probe:
     entries: tuple[Entry, ...] = ()
 
 
+class WireStruct:
+    """A struct of pingtrace.h in network byte order: ``size``, and ``pack``/``unpack_from``
+    by field name (so the order of fields is the header's business alone)."""
+
+    def __init__(self, btf, name: str, needs: tuple[str, ...]):
+        try:
+            t = btf.type(btf.find(name, "struct"))
+        except KeyError as exc:
+            raise LoadError(f"pingtrace's program has no struct {name} (pingtrace.h): {exc}") from None
+        codes, end = "!", 0
+        for m in t.members:
+            size, offset = btf.size(m.type_id), m.bit_offset // 8
+            if m.bit_offset % 8 or offset < end or size not in _INTEGERS or \
+                    btf.kind(btf.resolve(m.type_id)).name not in ("INT", "ENUM"):
+                raise LoadError(f"struct {name}: field {m.name} is not a whole 1, 2, 4 or 8-byte "
+                                "integer, which the wire format needs")
+            codes += "x" * (offset - end) + _INTEGERS[size]
+            end = offset + size
+        self.fields = tuple(m.name for m in t.members)
+        missing = [f for f in needs if f not in self.fields]
+        if missing:
+            raise LoadError(f"struct {name} has no field {', '.join(missing)}, which wire.py reads")
+        self._struct = struct.Struct(codes + "x" * (t.size - end))
+        self.size = self._struct.size
+
+    def pack(self, **values) -> bytes:
+        """The struct with ``values``; fields not given are 0."""
+        return self._struct.pack(*(values.get(f, 0) for f in self.fields))
+
+    def unpack_from(self, buf, offset: int = 0) -> dict:
+        return dict(zip(self.fields, self._struct.unpack_from(buf, offset)))
+
+
+class Layout:
+    """The probe as a loaded pingtrace program builds and reads it (its BTF): build requests,
+    parse what comes back. One per loaded object."""
+
+    def __init__(self, btf):
+        self.probe = WireStruct(btf, "wire_probe", ("type", "code", "checksum", "echo_id", "echo_seq",
+                                                    "magic", "version", "entries", "session", "seq"))
+        self.entry = WireStruct(btf, "wire_entry", ("netns", "ifindex", "user_id", "point", "ts"))
+        try:
+            constants = btf.enum("pingtrace_wire", strip="PINGTRACE_")
+            points = btf.enum("pingtrace_point", strip="PT_")
+        except KeyError as exc:
+            raise LoadError(f"pingtrace's program lacks its constants: {exc}") from None
+        self.code, self.magic, self.version = constants["code"], constants["magic"], constants["version"]
+        if constants["min_size"] != MIN_SIZE:
+            raise LoadError(f"pingtrace.h's smallest probe is {constants['min_size']} bytes, "
+                            f"wire.MIN_SIZE {MIN_SIZE}: they must agree")
+        # checkpoint names in their enum's order: user_tx, dev_queue, ..., drop, egress
+        self.points = tuple(sorted(points, key=points.get))
+        if [points[p] for p in self.points] != list(range(len(points))):
+            raise LoadError("enum pingtrace_point must number its checkpoints 0, 1, 2, ...")
+
+    @property
+    def header_size(self) -> int:
+        """The payload's header: what follows the echo's own 8 bytes in struct wire_probe."""
+        return self.probe.size - 8
+
+    def point_name(self, point: int) -> str:
+        return self.points[point] if 0 <= point < len(self.points) else str(point)
+
+    def request(self, echo_id: int, session: int, seq: int, size: int = MIN_SIZE) -> bytes:
+        """The ICMP message (header and payload of ``size`` bytes) of probe ``seq``."""
+        if not MIN_SIZE <= size <= MAX_SIZE:
+            raise ValueError(f"probe size must be {MIN_SIZE}..{MAX_SIZE} bytes, got {size}")
+        fields = dict(type=ICMP_ECHO_REQUEST, code=self.code, echo_id=echo_id, echo_seq=seq & 0xFFFF,
+                      magic=self.magic, version=self.version, session=session, seq=seq)
+        padding = bytes(size - self.header_size)
+        fields["checksum"] = checksum(self.probe.pack(**fields) + padding)
+        return self.probe.pack(**fields) + padding
+
+    def parse(self, message: bytes, with_ip_header: bool = True) -> Probe:
+        """The probe in ``message`` (an IPv4 packet as a raw socket reads it, or an ICMP
+        message). MalformedProbe if it is none of ours, or a damaged one."""
+        if with_ip_header:
+            if len(message) < 20 or message[0] >> 4 != 4:
+                raise MalformedProbe("not an IPv4 packet")
+            ihl = (message[0] & 0xF) * 4
+            if message[9] != 1:
+                raise MalformedProbe("not ICMP")
+            message = message[ihl:]
+        if len(message) < self.probe.size:
+            raise MalformedProbe(f"too short for a probe ({len(message)} bytes)")
+        p = self.probe.unpack_from(message)
+        if p["type"] not in (ICMP_ECHO_REQUEST, ICMP_ECHO_REPLY) or p["code"] != self.code:
+            raise MalformedProbe(f"ICMP type {p['type']} code {p['code']}, not a pingtrace echo")
+        if p["magic"] != self.magic:
+            raise MalformedProbe(f"magic {p['magic']:#06x}, not {self.magic:#06x}")
+        if p["version"] != self.version:
+            raise MalformedProbe(f"version {p['version']}, this pingtrace speaks {self.version}")
+        if checksum(message):
+            raise MalformedProbe("bad ICMP checksum")
+        if p["seq"] & 0xFFFF != p["echo_seq"]:
+            raise MalformedProbe(f"seq {p['seq']} does not match the echo's {p['echo_seq']}")
+        count, start, step = p["entries"], self.probe.size, self.entry.size
+        if len(message) < start + count * step:
+            raise MalformedProbe(f"{count} entries announced, {(len(message) - start) // step} present")
+        entries = tuple(self._entry(message, start + i * step) for i in range(count))
+        return Probe(p["type"], p["echo_id"], p["session"], p["seq"], entries)
+
+    def _entry(self, message: bytes, offset: int) -> Entry:
+        e = self.entry.unpack_from(message, offset)
+        return Entry(e["netns"], e["ifindex"], e["user_id"], e["point"], e["ts"])
+
+
 def checksum(data: bytes) -> int:
     """The Internet checksum (RFC 1071) of ``data``."""
     if len(data) % 2:
@@ -89,43 +166,3 @@ def checksum(data: bytes) -> int:
     while total >> 16:
         total = (total & 0xFFFF) + (total >> 16)
     return ~total & 0xFFFF
-
-
-def request(echo_id: int, session: int, seq: int, size: int = MIN_SIZE) -> bytes:
-    """The ICMP message (header and payload of ``size`` bytes) of probe ``seq``."""
-    if not MIN_SIZE <= size <= MAX_SIZE:
-        raise ValueError(f"probe size must be {MIN_SIZE}..{MAX_SIZE} bytes, got {size}")
-    payload = HEADER.pack(MAGIC, VERSION, 0, session, seq, 0).ljust(size, b"\0")
-    body = ICMP.pack(ICMP_ECHO_REQUEST, CODE, 0, echo_id, seq & 0xFFFF) + payload
-    return body[:2] + struct.pack("!H", checksum(body)) + body[4:]
-
-
-def parse(message: bytes, with_ip_header: bool = True) -> Probe:
-    """The probe in ``message`` (an IPv4 packet as a raw socket reads it, or an ICMP message).
-    MalformedProbe if it is none of ours, or a damaged one."""
-    if with_ip_header:
-        if len(message) < 20 or message[0] >> 4 != 4:
-            raise MalformedProbe("not an IPv4 packet")
-        ihl = (message[0] & 0xF) * 4
-        if message[9] != 1:
-            raise MalformedProbe("not ICMP")
-        message = message[ihl:]
-    if len(message) < ICMP.size + HEADER.size:
-        raise MalformedProbe(f"too short for a probe ({len(message)} bytes)")
-    icmp_type, code, _, echo_id, echo_seq = ICMP.unpack_from(message)
-    if icmp_type not in (ICMP_ECHO_REQUEST, ICMP_ECHO_REPLY) or code != CODE:
-        raise MalformedProbe(f"ICMP type {icmp_type} code {code}, not a pingtrace echo")
-    magic, version, count, session, seq, _ = HEADER.unpack_from(message, ICMP.size)
-    if magic != MAGIC:
-        raise MalformedProbe(f"magic {magic:#06x}, not {MAGIC:#06x}")
-    if version != VERSION:
-        raise MalformedProbe(f"version {version}, this pingtrace speaks {VERSION}")
-    if checksum(message):
-        raise MalformedProbe("bad ICMP checksum")
-    if seq & 0xFFFF != echo_seq:
-        raise MalformedProbe(f"seq {seq} does not match the echo's {echo_seq}")
-    start = ICMP.size + HEADER.size
-    if len(message) < start + count * ENTRY.size:
-        raise MalformedProbe(f"{count} entries announced, {(len(message) - start) // ENTRY.size} present")
-    entries = tuple(Entry(*ENTRY.unpack_from(message, start + i * ENTRY.size)) for i in range(count))
-    return Probe(icmp_type, echo_id, session, seq, entries)

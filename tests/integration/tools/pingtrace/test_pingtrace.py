@@ -354,26 +354,49 @@ def test_the_log_keeps_every_printed_probe_and_the_image_draws_the_stages(capsys
     assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and image.stat().st_size > 10_000
 
 
-def test_the_wire_layout_in_python_is_the_programs():
-    """wire.py's formats against the program's structs, read from its BTF: equal; and a struct
-    that drifted (a field moved) is named."""
-    import ebpfkit
-    from ebpfkit.tools.pingtrace import wire
-
-    assert wire.layout_mismatches(ebpfkit.compile(pingtrace.session.PROGRAM).btf) == []
-    drifted = ebpfkit.compile(name="drifted.bpf.c", text=r"""
+_WIRE_PROGRAM = r"""
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include "ebpfkit.h"
+enum pingtrace_wire { PINGTRACE_CODE = 1, PINGTRACE_MAGIC = 0x7ace, PINGTRACE_VERSION = 1, PINGTRACE_MIN_SIZE = 144 };
+enum pingtrace_point { PT_USER_TX, PT_RECEIVE, PT_DROP };
 struct wire_probe { __u8 type, code; __u16 checksum; __be16 echo_id, echo_seq, magic; __u8 version, entries;
-                    __be32 seq, session, reserved; };
+                    %s; };
 struct wire_entry { __be32 netns, ifindex, user_id, point; __be64 ts; };
 EK_EXPORT_TYPE(struct wire_probe);
 EK_EXPORT_TYPE(struct wire_entry);
+EK_EXPORT_TYPE(enum pingtrace_wire);
+EK_EXPORT_TYPE(enum pingtrace_point);
 char LICENSE[] SEC("license") = "GPL";
-""")
-    (mismatch,) = wire.layout_mismatches(drifted.btf)
-    assert mismatch.startswith("struct wire_probe:") and "('seq', 12)" in mismatch
+"""
+
+
+def test_the_wire_layout_is_the_programs():
+    """wire.py takes the probe's layout from the program's BTF: a header whose fields moved
+    still builds and parses (fields go by name); one that lost a field wire.py reads, or whose
+    field is no integer, is refused, naming it."""
+    import struct
+
+    import ebpfkit
+    from ebpfkit.errors import LoadError
+    from ebpfkit.tools.pingtrace import wire
+
+    real = wire.Layout(ebpfkit.compile(pingtrace.session.PROGRAM).btf)
+    assert real.points[:4] == ("user_tx", "dev_queue", "qdisc_enqueue", "qdisc_dequeue")
+    assert (real.code, real.magic, real.version, real.header_size) == (1, 0x7ACE, 1, 16)
+
+    moved = wire.Layout(ebpfkit.compile(name="moved.bpf.c", text=_WIRE_PROGRAM % "__be32 seq, session, reserved").btf)
+    message = moved.request(7, 42, 9)
+    assert struct.unpack_from("!II", message, 12) == (9, 42)  # seq first now, as the program says
+    assert moved.parse(message, with_ip_header=False).session == 42
+    assert moved.points == ("user_tx", "receive", "drop")
+
+    lost = ebpfkit.compile(name="lost.bpf.c", text=_WIRE_PROGRAM % "__be32 session, reserved")
+    with pytest.raises(LoadError, match="struct wire_probe has no field seq"):
+        wire.Layout(lost.btf)
+    odd = ebpfkit.compile(name="odd.bpf.c", text=_WIRE_PROGRAM % "__be32 session, seq; char reserved[4]")
+    with pytest.raises(LoadError, match="field reserved is not a whole 1, 2, 4 or 8-byte integer"):
+        wire.Layout(odd.btf)
 
 
 def by_place(checkpoints) -> dict:

@@ -1,5 +1,5 @@
-"""The probe's wire format: what a request carries, and every way a message can fail to be
-one of our probes (each named, never a crash)."""
+"""The probe's wire format, as the program's BTF lays it out: what a request carries, and every
+way a message can fail to be one of our probes (each named, never a crash)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import struct
 
 import pytest
 
-from ebpfkit.tools.pingtrace import wire
+import ebpfkit
+from ebpfkit.tools.pingtrace import session, wire
 from ebpfkit.tools.pingtrace.stats import StageStats, percentile
 
 
@@ -17,34 +18,41 @@ def ipv4(icmp: bytes, protocol: int = 1) -> bytes:
                        bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2])) + icmp
 
 
+@pytest.fixture(scope="module")
+def layout():
+    """The layout of the program pingtrace loads (compiled, not loaded: its BTF is enough)."""
+    return wire.Layout(ebpfkit.compile(session.PROGRAM).btf)
+
+
 def reply_of(request: bytes) -> bytes:
     """What a Linux kernel answers: type 0, the request's code and payload, a new checksum."""
     body = bytes([wire.ICMP_ECHO_REPLY]) + request[1:2] + b"\0\0" + request[4:]
     return body[:2] + struct.pack("!H", wire.checksum(body)) + body[4:]
 
 
-def test_a_request_is_an_echo_with_code_1_magic_and_a_valid_checksum():
-    message = wire.request(echo_id=0x1234, session=0xCAFEF00D, seq=70_000, size=200)
+def test_a_request_is_an_echo_with_code_1_magic_and_a_valid_checksum(layout):
+    message = layout.request(echo_id=0x1234, session=0xCAFEF00D, seq=70_000, size=200)
     assert len(message) == 8 + 200
     assert message[0] == 8 and message[1] == 1
     assert wire.checksum(message) == 0
     assert struct.unpack_from("!HH", message, 4) == (0x1234, 70_000 & 0xFFFF)
     assert struct.unpack_from("!HBBII", message, 8) == (0x7ACE, 1, 0, 0xCAFEF00D, 70_000)
-    assert message[8 + wire.HEADER.size:] == bytes(200 - wire.HEADER.size)
+    assert message[24:] == bytes(200 - 16)  # a 16-byte header
 
 
-def test_the_kernels_reply_parses_back_to_the_same_probe():
-    probe = wire.parse(ipv4(reply_of(wire.request(7, 42, 9))))
+def test_the_kernels_reply_parses_back_to_the_same_probe(layout):
+    probe = layout.parse(ipv4(reply_of(layout.request(7, 42, 9))))
     assert probe == wire.Probe(wire.ICMP_ECHO_REPLY, 7, 42, 9, ())
 
 
-def test_entries_a_server_appended_are_read():
-    request = bytearray(wire.request(7, 42, 9))
-    entry = wire.ENTRY.pack(4026531840, 3, 5, wire.POINTS.index("receive"), 123456789)
+def test_entries_a_server_appended_are_read(layout):
+    request = bytearray(layout.request(7, 42, 9))
+    entry = struct.pack("!IIIIQ", 4026531840, 3, 5, 6, 123456789)  # netns, ifindex, user, point, ns
     request[8 + 3] = 1  # one entry
-    request[8 + wire.HEADER.size:8 + wire.HEADER.size + wire.ENTRY.size] = entry
+    request[24:24 + len(entry)] = entry
     message = reply_of(bytes(request))
-    assert wire.parse(message, with_ip_header=False).entries == (wire.Entry(4026531840, 3, 5, 6, 123456789),)
+    assert layout.parse(message, with_ip_header=False).entries == (wire.Entry(4026531840, 3, 5, 6, 123456789),)
+    assert layout.points[6] == "receive"
 
 
 @pytest.mark.parametrize("mangle, why", [
@@ -59,8 +67,8 @@ def test_entries_a_server_appended_are_read():
     (lambda m: ipv4(m[:-1] + bytes([m[-1] ^ 0xFF])), "bad ICMP checksum"),
     (lambda m: ipv4(m[:6] + b"\0\x05" + m[8:]), "does not match the echo's 5"),
 ])
-def test_what_is_not_a_well_formed_probe_says_why(mangle, why):
-    message = wire.request(7, 42, 9)
+def test_what_is_not_a_well_formed_probe_says_why(layout, mangle, why):
+    message = layout.request(7, 42, 9)
     mangled = mangle(message)
     if why not in ("bad ICMP checksum", "not ICMP", "not an IPv4 packet", "too short"):
         icmp = bytearray(mangled[20:])  # a valid checksum: only the one defect is left
@@ -68,13 +76,13 @@ def test_what_is_not_a_well_formed_probe_says_why(mangle, why):
         icmp[2:4] = struct.pack("!H", wire.checksum(bytes(icmp)))
         mangled = mangled[:20] + bytes(icmp)
     with pytest.raises(wire.MalformedProbe, match=why):
-        wire.parse(mangled)
+        layout.parse(mangled)
 
 
 @pytest.mark.parametrize("size", [wire.MIN_SIZE - 1, wire.MAX_SIZE + 1])
-def test_a_probe_size_out_of_range_is_refused(size):
+def test_a_probe_size_out_of_range_is_refused(layout, size):
     with pytest.raises(ValueError, match="probe size"):
-        wire.request(1, 1, 1, size)
+        layout.request(1, 1, 1, size)
 
 
 def test_percentiles_are_nearest_rank():
