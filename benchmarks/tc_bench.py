@@ -43,6 +43,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -260,6 +261,9 @@ def main() -> int:
                              "raise) on CPU N: no cross-CPU wakeups, whose cost in a VM hides the path's")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args()
+    missing = [tool for tool in ("sockperf", "iperf3", "nft") if not shutil.which(tool)]
+    if missing:  # else the first round fails, minutes in, on a bare "not found"
+        raise SystemExit(f"not installed: {', '.join(missing)} (scripts/setup.sh --bench)")
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})  # inherited by every process started from here
     work = Path(tempfile.mkdtemp(prefix="tc-bench-"))
