@@ -119,6 +119,15 @@ class BTF:
     def __repr__(self):
         return f"<BTF {len(self._types) - 1} types>"
 
+    def in_byteorder(self, byteorder: str) -> "BTF":
+        """These types with values in ``byteorder`` ("big" or "little"): the codecs of the view
+        read and write it, as for a network header a program declares (its fields big-endian)."""
+        if byteorder == self.byteorder:
+            return self
+        view = BTF(self._types, byteorder)
+        view._by_name = self._by_name
+        return view
+
     def __len__(self):
         """Number of type ids, including void (like libbpf's btf__type_cnt)."""
         return len(self._types)

@@ -3,9 +3,9 @@ starts with a header, after sysak's PingTrace. The layout is pingtrace.h's, whic
 build and read: ``struct wire_probe`` (the echo's 8-byte header, then magic, version, the count
 of entries, the client run's session, the probe's seq), then that many ``struct wire_entry``
 (a server's checkpoints: netns inode, ifindex, user id, checkpoint, ns), then zero padding up
-to the probe's size. ``Layout`` reads those structs and the constants beside them from a loaded
-program's BTF, so C and Python cannot disagree; what this module adds is the byte order (all
-big-endian) and the rules a message must meet.
+to the probe's size. ``Layout`` reads those structs (through the engine's codecs, big-endian)
+and the constants beside them from a loaded program's BTF, so C and Python cannot disagree;
+what this module adds is the byte order and the rules a message must meet.
 
 The echo reply (type 0) carries the payload back; a Linux kernel replies with the request's
 code, so a reply is a probe too. Anything that is not a well-formed probe of a known version is
@@ -17,6 +17,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from ...engine.btftypes import Kind, codec
 from ...errors import LoadError
 
 ICMP_ECHO_REPLY, ICMP_ECHO_REQUEST = 0, 8
@@ -25,8 +26,6 @@ ICMP_ECHO_REPLY, ICMP_ECHO_REQUEST = 0, 8
 # skip shorter packets.
 MIN_SIZE = 144
 MAX_SIZE = 65000
-
-_INTEGERS = {1: "B", 2: "H", 4: "I", 8: "Q"}
 
 
 class MalformedProbe(ValueError):
@@ -51,37 +50,21 @@ class Probe:
     entries: tuple[Entry, ...] = ()
 
 
-class WireStruct:
-    """A struct of pingtrace.h in network byte order: ``size``, and ``pack``/``unpack_from``
-    by field name (so the order of fields is the header's business alone)."""
-
-    def __init__(self, btf, name: str, needs: tuple[str, ...]):
-        try:
-            t = btf.type(btf.find(name, "struct"))
-        except KeyError as exc:
-            raise LoadError(f"pingtrace's program has no struct {name} (pingtrace.h): {exc}") from None
-        codes, end = "!", 0
-        for m in t.members:
-            size, offset = btf.size(m.type_id), m.bit_offset // 8
-            if m.bit_offset % 8 or offset < end or size not in _INTEGERS or \
-                    btf.kind(btf.resolve(m.type_id)).name not in ("INT", "ENUM"):
-                raise LoadError(f"struct {name}: field {m.name} is not a whole 1, 2, 4 or 8-byte "
-                                "integer, which the wire format needs")
-            codes += "x" * (offset - end) + _INTEGERS[size]
-            end = offset + size
-        self.fields = tuple(m.name for m in t.members)
-        missing = [f for f in needs if f not in self.fields]
-        if missing:
-            raise LoadError(f"struct {name} has no field {', '.join(missing)}, which wire.py reads")
-        self._struct = struct.Struct(codes + "x" * (t.size - end))
-        self.size = self._struct.size
-
-    def pack(self, **values) -> bytes:
-        """The struct with ``values``; fields not given are 0."""
-        return self._struct.pack(*(values.get(f, 0) for f in self.fields))
-
-    def unpack_from(self, buf, offset: int = 0) -> dict:
-        return dict(zip(self.fields, self._struct.unpack_from(buf, offset)))
+def _wire_codec(btf, name: str, needs: tuple[str, ...]):
+    """The engine's codec of pingtrace.h's struct ``name``, big-endian as on the wire; LoadError
+    unless the fields wire.py reads are there, and integers."""
+    net = btf.in_byteorder("big")
+    try:
+        type_id = net.find(name, "struct")
+    except KeyError as exc:
+        raise LoadError(f"pingtrace's program has no struct {name} (pingtrace.h): {exc}") from None
+    members = {m.name: m for m in net.type(type_id).members}
+    for field in needs:
+        if field not in members:
+            raise LoadError(f"struct {name} has no field {field}, which wire.py reads")
+        if net.kind(net.resolve(members[field].type_id)) not in (Kind.INT, Kind.ENUM):
+            raise LoadError(f"struct {name}: field {field} is not an integer, which wire.py needs")
+    return codec(net, type_id)
 
 
 class Layout:
@@ -89,9 +72,10 @@ class Layout:
     parse what comes back. One per loaded object."""
 
     def __init__(self, btf):
-        self.probe = WireStruct(btf, "wire_probe", ("type", "code", "checksum", "echo_id", "echo_seq",
+        self.probe = _wire_codec(btf, "wire_probe", ("type", "code", "checksum", "echo_id", "echo_seq",
                                                     "magic", "version", "entries", "session", "seq"))
-        self.entry = WireStruct(btf, "wire_entry", ("netns", "ifindex", "user_id", "point", "ts"))
+        self.entry = _wire_codec(btf, "wire_entry", ("netns", "ifindex", "user_id", "point", "ts"))
+        self._blank = dict(self.probe.zero())  # every field, so that a request packs in one call
         try:
             constants = btf.enum("pingtrace_wire", strip="PINGTRACE_")
             points = btf.enum("pingtrace_point", strip="PT_")
@@ -118,11 +102,11 @@ class Layout:
         """The ICMP message (header and payload of ``size`` bytes) of probe ``seq``."""
         if not MIN_SIZE <= size <= MAX_SIZE:
             raise ValueError(f"probe size must be {MIN_SIZE}..{MAX_SIZE} bytes, got {size}")
-        fields = dict(type=ICMP_ECHO_REQUEST, code=self.code, echo_id=echo_id, echo_seq=seq & 0xFFFF,
+        fields = dict(self._blank, type=ICMP_ECHO_REQUEST, code=self.code, echo_id=echo_id, echo_seq=seq & 0xFFFF,
                       magic=self.magic, version=self.version, session=session, seq=seq)
         padding = bytes(size - self.header_size)
-        fields["checksum"] = checksum(self.probe.pack(**fields) + padding)
-        return self.probe.pack(**fields) + padding
+        fields["checksum"] = checksum(self.probe.encode(fields) + padding)
+        return self.probe.encode(fields) + padding
 
     def parse(self, message: bytes, with_ip_header: bool = True) -> Probe:
         """The probe in ``message`` (an IPv4 packet as a raw socket reads it, or an ICMP
@@ -136,7 +120,7 @@ class Layout:
             message = message[ihl:]
         if len(message) < self.probe.size:
             raise MalformedProbe(f"too short for a probe ({len(message)} bytes)")
-        p = self.probe.unpack_from(message)
+        p = self.probe.decode(message)
         if p["type"] not in (ICMP_ECHO_REQUEST, ICMP_ECHO_REPLY) or p["code"] != self.code:
             raise MalformedProbe(f"ICMP type {p['type']} code {p['code']}, not a pingtrace echo")
         if p["magic"] != self.magic:
@@ -154,7 +138,7 @@ class Layout:
         return Probe(p["type"], p["echo_id"], p["session"], p["seq"], entries)
 
     def _entry(self, message: bytes, offset: int) -> Entry:
-        e = self.entry.unpack_from(message, offset)
+        e = self.entry.decode(message, offset)
         return Entry(e["netns"], e["ifindex"], e["user_id"], e["point"], e["ts"])
 
 

@@ -403,6 +403,19 @@ def test_exact_layouts(btf):
     assert ev.encode({"d": 2.5})[88:96] == struct.pack("<d", 2.5)
 
 
+def test_a_big_endian_view_reads_network_order(btf):
+    """in_byteorder("big"): the same struct's codec, for data laid out as the program declares
+    but in network byte order (a header on the wire); the native view is untouched."""
+    net = btf.in_byteorder("big")
+    assert btf.in_byteorder(btf.byteorder) is btf and net.byteorder == "big"
+    flat = codec(net, net.find("flat"))
+    args = (1, 2, 3, -4, b"comm", 5)
+    wire = struct.pack(">IIQi16s4xQ", *args)
+    assert flat.decode(wire) == {"pid": 1, "tid": 2, "ts": 3, "ret": -4, "comm": "comm", "delta": 5}
+    assert flat.encode({"pid": 1, "tid": 2, "ts": 3, "ret": -4, "comm": "comm", "delta": 5}) == wire
+    assert codec(btf, btf.find("flat")).encode({"pid": 1}) == struct.pack("<I44x", 1)
+
+
 def test_decode_offset_and_buffer_types(btf):
     c = codec(btf, btf.find("key"))
     raw = c.encode({"pid": 99, "comm": "x"})
