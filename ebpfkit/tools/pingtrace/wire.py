@@ -17,7 +17,6 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from ...engine.btftypes import Kind, codec
 from ...errors import LoadError
 
 ICMP_ECHO_REPLY, ICMP_ECHO_REQUEST = 0, 8
@@ -53,6 +52,8 @@ class Probe:
 def _wire_codec(btf, name: str, needs: tuple[str, ...]):
     """The engine's codec of pingtrace.h's struct ``name``, big-endian as on the wire; LoadError
     unless the fields wire.py reads are there, and integers."""
+    from ...engine.btftypes import Kind, codec  # not at the top: the CLI imports wire.py
+
     net = btf.in_byteorder("big")
     try:
         type_id = net.find(name, "struct")
