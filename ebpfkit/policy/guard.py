@@ -2,9 +2,12 @@
 
     mode: enforce            # or audit: allow everything, log the same lines
     protect:
-      - path: /etc/shadow
-        deny: [write, unlink, rename, link, setattr]   # default; add read, exec
-      - /srv/config          # short form: default operations, directories recursively
+      - /etc/shadow          # the default operations: write, unlink, rename, link, setattr
+      - path: /srv/config    # directories recursively
+        deny: [read]         # added to the defaults
+      - path: /srv/drop
+        deny: [read]
+        allow: [write]       # taken from them: only what `allow` does not name is denied
     trust:
       - path: /usr/sbin/backup
         inherit: true        # children (fork/exec) are trusted too
@@ -13,6 +16,8 @@
     baits:                   # rules files of `ebpfkit detect`: their `- bait:` files are
       - /etc/ebpfkit/baits.yaml   # protected as `protect:` entries (start the guard after detect,
                                   # which plants them)
+    interpreters:            # programs that run a file by reading it, beyond the known ones
+      - /opt/python/bin/python3.12   # (shells, python, perl, ruby, node, php, ld.so ...)
     log:                     # the agent's own log, rotated by size (default: the
       size: 10M              # --log-size and --log-backup given to `guard start`)
       backups: 3
@@ -34,13 +39,13 @@ from .rules import read_baits
 OPERATIONS = {"write": 1, "unlink": 2, "rename": 4, "link": 8, "setattr": 16, "read": 32, "exec": 64}
 DEFAULT_DENY = ("write", "unlink", "rename", "link", "setattr")
 MODES = ("enforce", "audit")
-TOP_KEYS = ("mode", "protect", "trust", "processes", "baits", "log")
+TOP_KEYS = ("mode", "protect", "trust", "processes", "interpreters", "baits", "log")
 
 
 @dataclass(frozen=True)
 class ProtectRule:
     path: str
-    deny: tuple[str, ...] = DEFAULT_DENY
+    deny: tuple[str, ...] = DEFAULT_DENY  # what is denied: the defaults + `deny:` - `allow:`
     line: int = 0
 
     @property
@@ -67,6 +72,7 @@ class GuardPolicy:
     protect: list[ProtectRule] = field(default_factory=list)
     trust: list[TrustRule] = field(default_factory=list)
     processes: list[ProcessRule] = field(default_factory=list)
+    interpreters: list[str] = field(default_factory=list)  # beyond the known ones (core.py)
     log_size: int | None = None      # bytes before the agent's log is rotated (None: its option)
     log_backups: int | None = None   # rotated files kept
     source: str = "<policy>"
@@ -76,6 +82,7 @@ class GuardPolicy:
                 "protect": [{"path": r.path, "deny": list(r.deny)} for r in self.protect],
                 "trust": [{"path": r.path, "inherit": r.inherit} for r in self.trust],
                 "processes": [r.path for r in self.processes],
+                "interpreters": list(self.interpreters),
                 "log": {"size": self.log_size, "backups": self.log_backups}}
 
 
@@ -148,6 +155,32 @@ class _Parser:
             raise self.error(node, f"a {what} entry needs a 'path'")
         return self.path(items["path"][1], f"{what} path"), items
 
+    def operations(self, node, what: str) -> list[str]:
+        ops = []
+        for op_node in self.sequence(node, what):
+            op = self.scalar(op_node, "an operation")
+            if op not in OPERATIONS:
+                raise self.error(op_node, f"unknown operation {op!r} in {what} (known: {', '.join(OPERATIONS)})")
+            if op not in ops:
+                ops.append(op)
+        return ops
+
+    def denied(self, item, fields: dict) -> tuple[str, ...]:
+        """The defaults, plus `deny:`, less `allow:`: a rule that adds read or exec keeps the
+        file from being changed, unless it says otherwise."""
+        deny = self.operations(fields["deny"][1], "deny") if "deny" in fields else []
+        allow = self.operations(fields["allow"][1], "allow") if "allow" in fields else []
+        if "deny" in fields and not deny:
+            raise self.error(fields["deny"][1], "deny must list at least one operation "
+                             "(leave it out for the defaults)")
+        both = [op for op in deny if op in allow]
+        if both:
+            raise self.error(fields["allow"][1], f"{', '.join(both)} both denied and allowed")
+        ops = tuple(op for op in OPERATIONS if (op in DEFAULT_DENY or op in deny) and op not in allow)
+        if not ops:
+            raise self.error(item, "this rule denies nothing: allow takes away every operation")
+        return ops
+
     def parse(self, root) -> GuardPolicy:
         policy = GuardPolicy(source=self.source)
         if root is None:
@@ -159,21 +192,8 @@ class _Parser:
             if policy.mode not in MODES:
                 raise self.error(node, f"mode must be one of {', '.join(MODES)}, got {policy.mode!r}")
         for item in self.sequence(top["protect"][1], "protect") if "protect" in top else []:
-            path, fields = self.entry(item, "protect", ("path", "deny"))
-            deny = DEFAULT_DENY
-            if "deny" in fields:
-                ops = []
-                for op_node in self.sequence(fields["deny"][1], "deny"):
-                    op = self.scalar(op_node, "an operation")
-                    if op not in OPERATIONS:
-                        raise self.error(op_node, f"unknown operation {op!r} "
-                                         f"(known: {', '.join(OPERATIONS)})")
-                    if op not in ops:
-                        ops.append(op)
-                if not ops:
-                    raise self.error(fields["deny"][1], "deny must list at least one operation")
-                deny = tuple(ops)
-            policy.protect.append(ProtectRule(path, deny, node_line(item)))
+            path, fields = self.entry(item, "protect", ("path", "deny", "allow"))
+            policy.protect.append(ProtectRule(path, self.denied(item, fields), node_line(item)))
         for item in self.sequence(top["baits"][1], "baits") if "baits" in top else []:
             rules_file = self.path(item, "a baits rules file")
             for bait in read_baits(rules_file):
@@ -186,6 +206,8 @@ class _Parser:
         for item in self.sequence(top["processes"][1], "processes") if "processes" in top else []:
             path, _ = self.entry(item, "processes", ("path",))
             policy.processes.append(ProcessRule(path, node_line(item)))
+        for item in self.sequence(top["interpreters"][1], "interpreters") if "interpreters" in top else []:
+            policy.interpreters.append(self.path(item, "an interpreter"))
         if "log" in top:
             fields = self.mapping(top["log"][1], "log", ("size", "backups"))
             if "size" in fields:

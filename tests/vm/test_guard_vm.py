@@ -134,7 +134,7 @@ class Uring:
     """A minimal io_uring through raw syscalls (no liburing): one request at a time."""
 
     SETUP, ENTER = 425, 426
-    OP_OPENAT, OP_WRITE = 18, 23
+    OP_OPENAT, OP_READ, OP_WRITE = 18, 22, 23
     SQE = struct.Struct("=BBHiQQIIQHHiQQ")  # struct io_uring_sqe, 64 bytes
 
     def __init__(self, entries=4):
@@ -178,6 +178,22 @@ class Uring:
         buf = ctypes.create_string_buffer(data, len(data))
         return self.run(self.OP_WRITE, fd, ctypes.addressof(buf), len(data), off)
 
+    def read(self, fd, size: int, off=0) -> bytes:
+        buf = ctypes.create_string_buffer(size)
+        res = self.run(self.OP_READ, fd, ctypes.addressof(buf), size, off)
+        if res < 0:
+            raise OSError(-res, os.strerror(-res))
+        return buf.raw[:res]
+
+    def open_read(self, path, size: int) -> bytes:
+        fd = self.openat(path, os.O_RDONLY)
+        if fd < 0:
+            raise OSError(-fd, os.strerror(-fd))
+        try:
+            return self.read(fd, size)
+        finally:
+            os.close(fd)
+
     def openat(self, path, flags) -> int:
         name = ctypes.create_string_buffer(os.fsencode(path))
         return self.run(self.OP_OPENAT, -100, ctypes.addressof(name), 0o644, 0, flags)  # AT_FDCWD
@@ -188,15 +204,20 @@ class Uring:
         os.close(self.fd)
 
 
-def _libc_map(fd: int, prot: int, flags: int):
-    """mmap() of one page of ``fd`` through libc, and libc's mprotect (Python's mmap has none)."""
+def _libc_map(fd: int, prot: int, flags: int, expect_errno: int = 0):
+    """mmap() of one page of ``fd`` through libc, and libc's mprotect (Python's mmap has none).
+    With ``expect_errno``, the mmap must fail with it (and None is returned)."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mmap.restype = ctypes.c_void_p
     libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
                           ctypes.c_long]
     libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     addr = libc.mmap(None, mmap.PAGESIZE, prot, flags, fd, 0)
-    assert addr not in (None, ctypes.c_void_p(-1).value), os.strerror(ctypes.get_errno())
+    failed = addr in (None, ctypes.c_void_p(-1).value)
+    if expect_errno:
+        assert failed and ctypes.get_errno() == expect_errno, (addr, os.strerror(ctypes.get_errno()))
+        return None
+    assert not failed, os.strerror(ctypes.get_errno())
 
     def mprotect(new_prot: int) -> int:
         return 0 if libc.mprotect(addr, mmap.PAGESIZE, new_prot) == 0 else ctypes.get_errno()
@@ -233,6 +254,7 @@ def test_every_policy_operation_denied_untrusted_allowed_trusted(tmp_path, fs):
     # fds opened before the guard: reading and writing through them are checked too
     early_read = os.open(targets["read"], os.O_RDONLY)
     early_write = os.open(targets["write"], os.O_RDWR)
+    early_exec = os.open(targets["exec"], os.O_RDONLY)  # this python's own open would be an exec
     try:
         with guard(tmp_path, policy) as g:
             for op, path in targets.items():
@@ -254,18 +276,19 @@ def test_every_policy_operation_denied_untrusted_allowed_trusted(tmp_path, fs):
             denied(os.read, early_read, 1)
             write_protect = _libc_map(early_write, mmap.PROT_READ, mmap.MAP_SHARED)
             assert write_protect(mmap.PROT_READ | mmap.PROT_WRITE) == errno.EPERM
-            with open(targets["exec"], "rb") as f:  # reading it is allowed; mapping it executable is not
-                exec_protect = _libc_map(f.fileno(), mmap.PROT_READ, mmap.MAP_PRIVATE)
+            # mapping it readable is allowed, executable is not, at once or later
+            _libc_map(early_exec, mmap.PROT_READ | mmap.PROT_EXEC, mmap.MAP_PRIVATE, errno.EPERM)
+            exec_protect = _libc_map(early_exec, mmap.PROT_READ, mmap.MAP_PRIVATE)
             assert exec_protect(mmap.PROT_READ | mmap.PROT_EXEC) == errno.EPERM
-            for binary in (targets["exec"], lib / "true"):
+            for binary in (targets["exec"], lib / "true"):  # (ld.so's own open: see test_exec_routes)
                 via_ld = subprocess.run([LD_SO, str(binary)], capture_output=True, text=True)
                 assert via_ld.returncode != 0, via_ld
                 with pytest.raises(PermissionError):
                     guard_ops.attempt("exec", binary)
             hooks = {(line["hook"], line["operation"]) for line in
-                     g.lines(len(lines) + 6, where=violations)[len(lines):]}
+                     g.lines(len(lines) + 8, where=violations)[len(lines):]}
             assert {("file_permission", "read"), ("file_mprotect", "write"), ("file_mprotect", "exec"),
-                    ("mmap_file", "exec"), ("bprm_check_security", "exec")} <= hooks, hooks
+                    ("mmap_file", "exec"), ("file_open", "exec"), ("bprm_check_security", "exec")} <= hooks, hooks
 
             # a trusted subject (the admin shell's child) does every one of them
             args = " ".join(f"{op} {path}" for op, path in targets.items())
@@ -280,6 +303,132 @@ def test_every_policy_operation_denied_untrusted_allowed_trusted(tmp_path, fs):
     finally:
         os.close(early_read)
         os.close(early_write)
+        os.close(early_exec)
+
+
+def _new_lines(g, seen: int) -> list:
+    """The violation lines logged after the first ``seen`` (at least one)."""
+    return g.lines(seen + 1, where=violations)[seen:]
+
+
+def _route_denied(g, seen: int, route, operations: set) -> tuple[int, set]:
+    """Run ``route``, which must raise EPERM and be logged with one of ``operations``: the
+    new count of lines, and the hooks that logged it."""
+    with pytest.raises(PermissionError) as exc:
+        got = route()
+        print("NOT DENIED, got", got)
+    assert exc.value.errno == errno.EPERM, exc.value
+    new = _new_lines(g, seen)
+    assert all(line["verdict"] == "denied" for line in new), new
+    assert any(operations & set(line["operation"].split(",")) for line in new), new
+    return seen + len(new), {(line["hook"], line["operation"]) for line in new}
+
+
+@pytest.mark.vm(kernel=["6.1", "6.12"], lsm=True, timeout=2700)
+def test_read_routes(tmp_path, fs):
+    """Every route to the bytes of a file under `deny: [read]` (issue #42's table and more),
+    each first shown to work on an unprotected twin: opened for reading in any mode, read
+    through fds opened before the guard or passed by a trusted process, mapped, io_uring,
+    and through a hardlink, a bind mount and an overlay's two views."""
+    import guard_routes as routes
+
+    secret, twin = fs / "sec" / "secret", fs / "free" / "secret"
+    data = {secret: b"the-secret".ljust(routes.SIZE, b"s"), twin: b"the-twin".ljust(routes.SIZE, b"t")}
+    for path, content in data.items():
+        path.parent.mkdir()
+        path.write_bytes(content)
+    (fs / "scratch").mkdir()
+    (fs / "elsewhere").mkdir()
+    views = {}  # name -> (protected view, twin view)
+    views["hardlink outside the directory"] = (fs / "elsewhere" / "hard", fs / "elsewhere" / "twin-hard")
+    views["hardlink outside the directory"][0].hardlink_to(secret)
+    views["hardlink outside the directory"][1].hardlink_to(twin)
+    bind = {secret: fs / "bind-sec", twin: fs / "bind-free"}
+    for path, target in bind.items():
+        target.mkdir()
+        subprocess.run(["mount", "--bind", str(path.parent), str(target)], check=True)
+    views["bind mount"] = (bind[secret] / "secret", bind[twin] / "secret")
+    subprocess.run(["modprobe", "overlay"], check=False)
+    lower, upper, merged = fs / "ovl-lower", tmp_path / "ovl-upper", fs / "ovl-merged"
+    for d in (lower, upper, merged):
+        d.mkdir()
+    (lower / "secret").write_bytes(data[secret])
+    (lower / "twin").write_bytes(data[twin])
+    subprocess.run(["mount", "-t", "tmpfs", "ovl-upper", str(upper)], check=True)
+    (upper / "u").mkdir()
+    (upper / "w").mkdir()
+    subprocess.run(["mount", "-t", "overlay", "guardreads", "-o",
+                    f"lowerdir={lower},upperdir={upper}/u,workdir={upper}/w", str(merged)], check=True)
+    views["overlayfs view"] = (merged / "secret", merged / "twin")
+    views["overlayfs lower layer"] = (lower / "secret", lower / "twin")
+    early = {path: {"ro": os.open(path, os.O_RDONLY), "rw": os.open(path, os.O_RDWR)} for path in data}
+    try:
+        ring = Uring()
+    except OSError as exc:
+        pytest.fail(f"io_uring is not available in this kernel ({exc}): its reads cannot be shown denied")
+    table = {}
+    try:
+        policy = f"protect:\n  - path: {secret.parent}\n    deny: [read]\n  - path: {merged / 'secret'}\n" \
+                 f"    deny: [read]\n"
+        with guard(tmp_path, policy) as g:
+            ctx = {"uring": ring, "admin": g.admin, "env": g.env(), "scratch": fs / "scratch"}
+            seen = 0
+            for name, route in routes.READ_ROUTES.items():
+                assert route(twin, early[twin], ctx) == data[twin], name
+                seen, table[name] = _route_denied(g, seen, lambda: route(secret, early[secret], ctx), {"read"})
+            for name, (view, twin_view) in views.items():
+                assert twin_view.read_bytes() == data[twin], name
+                seen, table[name] = _route_denied(g, seen, lambda: view.read_bytes(), {"read"})
+            # not covered by a read rule: the twin stays readable, mapped too, with the guard on
+            assert mmap.mmap(early[twin]["ro"], 0, mmap.MAP_SHARED, mmap.PROT_READ)[:8] == b"the-twin"
+    finally:
+        ring.close()
+        for fds in early.values():
+            for fd in fds.values():
+                os.close(fd)
+        for target in (merged, *bind.values(), upper):
+            subprocess.run(["umount", str(target)], check=False)
+    print("route -> (hook, operation) logged")
+    for name, hooks in table.items():
+        print(f"  {name}: {sorted(hooks)}")
+    hook_of = {name: {hook for hook, _ in hooks} for name, hooks in table.items()}
+    assert hook_of["open O_RDWR, read"] == {"file_open"}
+    assert hook_of["earlier fd: sendfile"] == hook_of["earlier fd: splice"] == {"file_permission"}
+    assert hook_of["earlier fd: mmap private PROT_READ"] == {"mmap_file"}
+    assert hook_of["earlier fd: mmap PROT_NONE, mprotect PROT_READ"] == {"file_mprotect"}
+    assert hook_of["io_uring: read earlier fd"] == {"file_permission"}
+    assert secret.read_bytes() == data[secret]  # (after stop)
+
+
+@pytest.mark.vm(kernel=["6.1", "6.12"], lsm=True, timeout=2700)
+def test_exec_routes(tmp_path, fs):
+    """`deny: [exec]` stops every way of running the file (execve, fexecve, its script run by
+    an interpreter, ld.so); what is no run but a read by another program (a copy, `cat | sh`,
+    a memfd of its bytes) only `deny: [exec, read]` stops. Each route first runs its twin."""
+    import guard_routes as routes
+
+    files = {kind: routes.exec_files(fs / kind) for kind in ("free", "exec", "strict")}
+    (fs / "scratch").mkdir()
+    policy = (f"protect:\n  - path: {fs / 'exec'}\n    deny: [exec]\n"
+              f"  - path: {fs / 'strict'}\n    deny: [exec, read]\n")
+    table = {}
+    with guard(tmp_path, policy) as g:
+        seen = 0
+        for name, route in {**routes.EXEC_ROUTES, **routes.COPY_ROUTES}.items():
+            assert "ran" in route(files["free"], fs / "scratch"), name
+            if name in routes.COPY_ROUTES:  # a read: the exec rule allows it
+                assert "ran" in route(files["exec"], fs / "scratch"), name
+            else:
+                seen, table[name] = _route_denied(g, seen, lambda: route(files["exec"], fs / "scratch"), {"exec"})
+            seen, table[f"{name} [exec, read]"] = _route_denied(
+                g, seen, lambda: route(files["strict"], fs / "scratch"), {"exec", "read"})
+    print("route -> (hook, operation) logged")
+    for name, hooks in table.items():
+        print(f"  {name}: {sorted(hooks)}")
+    assert table["execve"] == table["execveat of an fd (fexecve)"] == {("bprm_check_security", "exec")}
+    assert table["script run directly"] == {("bprm_check_security", "exec")}
+    for name in ("sh SCRIPT", "bash SCRIPT", "python3 SCRIPT", "perl SCRIPT", "ld.so BINARY"):
+        assert table[name] == {("file_open", "exec")}, (name, table[name])
 
 
 def test_log_rotates_and_guard_log_prints_it_in_every_format(tmp_path, fs):

@@ -62,11 +62,13 @@ def check(policy):
 
     out = Output.from_context()
     parsed = _load_policy(policy)
-    protected, trusted, exe, warnings = resolve(parsed)
+    res = resolve(parsed)
+    protected, trusted, exe, warnings = res
     for w in warnings:
         out.warn("%s", w)
     record = {"valid": True, **parsed.to_dict(), "resolved": {
-        "protected": len(protected), "trusted": len(trusted), "processes": len(exe)}, "warnings": warnings}
+        "protected": len(protected), "trusted": len(trusted), "processes": len(exe),
+        "interpreters": len(res.interpreters)}, "warnings": warnings}
     summary = {"policy": policy, "state": "valid", "mode": parsed.mode, **record["resolved"],
                "warnings": warnings}
     out.document(record, _fields(summary, "guard policy"))

@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import glob
 import hashlib
 import json
 import os
 import signal
 import stat
+import sys
 import time
 
 from ...errors import EbpfkitError, MapError
@@ -50,7 +52,7 @@ LOCK_FILE = os.path.join(STATE_DIR, "lock")
 # is loaded); filter_bit() is checked against guard_filter_bit() run in the kernel.
 TRUST_SELF, TRUST_INHERIT = 1, 2  # enum guard_trust
 SELF_SHIFT = 16  # GUARD_SELF_SHIFT: self-only operations of an ancestor
-MAP_NAMES = ("protected", "filter", "trusted", "protected_exe", "generation")  # what apply() fills
+MAP_NAMES = ("protected", "filter", "trusted", "protected_exe", "interpreters", "generation")  # what apply() fills
 GEN_POLICY = 0  # enum guard_gen's GUARD_GEN_POLICY: bumped after each change of `protected`
 # GUARD_FILTER_*: the bitmap the BPF side checks before each hash lookup
 FILTER_BITS, FILTER_MULT = 20, 0x9E3779B97F4A7C15
@@ -61,6 +63,17 @@ READ_BITS = OPERATIONS["read"] | OPERATIONS["read"] << SELF_SHIFT
 DEFAULT_MASK = sum(OPERATIONS[op] for op in ("write", "unlink", "rename", "link", "setattr"))
 EXIT_DENIED = 4  # not enough privilege (the CLI's convention)
 DIR_WALK_LIMIT = 200_000  # files looked at per protected directory for hardlinked ones
+
+# Programs that run a file by reading it: an exec-protected file opened for reading by one of
+# them is denied as an exec (guard_file_open). Keyed by inode, so a copy under another name is
+# not one of them: `deny: [exec, read]` is the rule no copy gets around (README, guard).
+INTERPRETER_DIRS = ("/bin", "/usr/bin", "/usr/local/bin", "/sbin", "/usr/sbin")
+INTERPRETER_NAMES = ("sh", "bash", "dash", "zsh", "ksh", "ksh93", "mksh", "rbash", "fish", "busybox",
+                     "python", "python[23]", "python[23].[0-9]*", "pypy*", "perl", "perl5*", "ruby",
+                     "ruby[0-9]*", "node", "nodejs", "php", "php[0-9]*", "lua", "lua[0-9]*", "luajit",
+                     "tclsh", "tclsh[0-9]*", "awk", "gawk", "mawk", "nawk", "jjs", "Rscript", "guile*")
+LOADERS = ("/lib64/ld-linux*.so*", "/lib/ld-linux*.so*", "/lib/*/ld-linux*.so*", "/usr/lib/*/ld-linux*.so*",
+           "/lib/ld-musl-*.so*")
 
 TRUST_HINT = ("run it from a program the running policy trusts, e.g. a copy of a shell listed "
               "under `trust:` with `inherit: true`: `/usr/local/sbin/guard-admin -c "
@@ -141,6 +154,7 @@ class Resolution:
         self.protected: dict = {}
         self.trusted: dict = {}
         self.exe: dict = {}
+        self.interpreters: dict = {}
         self.warnings: list[str] = []
         self.labels: dict = {}
 
@@ -149,7 +163,7 @@ class Resolution:
 
     def counts(self) -> dict:
         return {"protected_entries": len(self.protected), "trusted_entries": len(self.trusted),
-                "protected_exe_entries": len(self.exe)}
+                "protected_exe_entries": len(self.exe), "interpreter_entries": len(self.interpreters)}
 
 
 def self_rules(policy_path: str | None) -> list[tuple[str, int]]:
@@ -243,7 +257,29 @@ def resolve(policy: GuardPolicy, extra: list[tuple[str, int]] = ()) -> Resolutio
                 label(k, 2, path)
     for rule in policy.processes:
         add(res.exe, rule.path, 1)
+    for path in known_interpreters():
+        with contextlib.suppress(OSError):
+            res.interpreters[key_of(path, table)] = 1
+    for path in policy.interpreters:
+        add(res.interpreters, path, 1)
     return res
+
+
+def known_interpreters() -> list[str]:
+    """The interpreters and program loaders installed here (executable ELF files: a script is
+    never a process's executable): in the system's directories and on $PATH (a pyenv's or a
+    venv's python), and the python running this."""
+    dirs = dict.fromkeys([*INTERPRETER_DIRS, *filter(os.path.isabs, os.environ.get("PATH", "").split(":"))])
+    patterns = [os.path.join(glob.escape(d), name) for d in dirs for name in INTERPRETER_NAMES]
+    patterns += [*LOADERS, glob.escape(sys.executable)]
+    found = set()
+    for pattern in patterns:
+        for path in glob.glob(pattern):
+            with contextlib.suppress(OSError), open(path, "rb") as f:
+                st = os.fstat(f.fileno())
+                if stat.S_ISREG(st.st_mode) and st.st_mode & 0o111 and f.read(4) == b"\x7fELF":
+                    found.add(os.path.realpath(path))
+    return sorted(found)
 
 
 def _executables(path: str):
@@ -337,6 +373,7 @@ def apply(res: Resolution, maps: dict[str, Map]) -> list[str]:
     # trust first, protection last: a reload never denies a newly trusted program
     swap(maps["trusted"], res.trusted)
     swap(maps["protected_exe"], res.exe)
+    swap(maps["interpreters"], res.interpreters)
     old = filter_words({(k.dev, k.ino): v for k, v in maps["protected"].items()})
     new = filter_words(res.protected)
     union = {i: old.get(i, 0) | new.get(i, 0) for i in set(old) | set(new)}

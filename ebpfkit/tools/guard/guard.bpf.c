@@ -7,6 +7,8 @@
  *   same keys (and (dev, 0) per device) that spares the walk a hash lookup per level, and
  *   files on unprotected filesystems the walk; `verdicts` caches each inode's result.
  * trusted:   (dev, ino) of executables -> 1 (trust) | 2 (trust inherited by children).
+ * interpreters: (dev, ino) of programs that run a file by reading it (shells, python, ld.so):
+ *   opening an exec-protected file for reading is an exec when one of them does it.
  * task storage holds each task's trust; exec re-evaluates it, fork copies it when inherited.
  * Self-protection: untrusted subjects get no fd of the guard's maps or programs, cannot
  * detach or update its links, unmount the bpffs holding its pins, or signal its agent
@@ -25,9 +27,13 @@
 #define EPERM 1
 #define MAY_WRITE 0x2
 #define MAY_READ 0x4
+#define FMODE_READ 0x1
 #define FMODE_WRITE 0x2
+#define FMODE_EXEC 0x20
+#define __FMODE_EXEC 0x20 /* in f_flags: execve's open (f_mode has FMODE_EXEC only since 6.8) */
 #define O_TRUNC 01000
 #define MAP_SHARED 0x01
+#define PROT_READ 0x1
 #define PROT_WRITE 0x2
 #define PROT_EXEC 0x4
 #define VM_SHARED 0x8
@@ -64,6 +70,14 @@ struct {
 	__type(key, struct guard_key);
 	__type(value, __u32);
 } trusted SEC(".maps");
+
+/* script interpreters (and ld.so), by executable: see guard_file_open */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct guard_key);
+	__type(value, __u32);
+} interpreters SEC(".maps");
 
 /* Verdict cache: an inode's denied operations, valid while both generations are the ones
  * it was computed under: [GUARD_GEN_POLICY] is bumped by user space after each change of
@@ -141,7 +155,8 @@ static __always_inline bool filter_hit(struct guard_key *key)
 	return word && ((*word >> (bit & 63)) & 1);
 }
 
-static __always_inline __u32 exe_trust(struct task_struct *task)
+/* the value `map` holds for the task's executable (0: none) */
+static __always_inline __u32 exe_lookup(void *map, struct task_struct *task)
 {
 	struct mm_struct *mm = task->mm;
 	struct inode *inode;
@@ -154,7 +169,7 @@ static __always_inline __u32 exe_trust(struct task_struct *task)
 	if (!inode)
 		return 0;
 	key = inode_key(inode);
-	v = bpf_map_lookup_elem(&trusted, &key);
+	v = bpf_map_lookup_elem(map, &key);
 	return v ? *v : 0;
 }
 
@@ -169,7 +184,7 @@ static __always_inline bool current_trusted(void)
 	t = bpf_task_storage_get(&task_trust, task, 0, 0);
 	if (t && *t)
 		return true;
-	return exe_trust(task) != 0;
+	return exe_lookup(&trusted, task) != 0;
 }
 
 /* The operations denied on a dentry: the union over it and its ancestors of their
@@ -299,6 +314,26 @@ static __always_inline int check(enum guard_hook hook, __u32 op, struct dentry *
 	return report(hook, ops, &key, dentry->d_name.name, 0, 0, 0, 0);
 }
 
+/* check() of an open: reading a file whose exec is denied is running it when the reader is
+ * an interpreter (`sh FILE`, `python3 FILE`, `ld.so FILE`). execve's own open (FMODE_EXEC)
+ * is left to bprm_check_security, which names it better. */
+static __always_inline int check_open(struct file *file, __u32 op)
+{
+	struct dentry *dentry = file->f_path.dentry;
+	struct guard_key key = {};
+	__u32 prot, ops;
+
+	prot = dentry_ops(dentry, &key);
+	ops = prot & op;
+	if ((prot & GUARD_OP_EXEC) && (op & GUARD_OP_READ) &&
+	    !((file->f_mode & FMODE_EXEC) || (file->f_flags & __FMODE_EXEC)) &&
+	    exe_lookup(&interpreters, bpf_get_current_task_btf()))
+		ops |= GUARD_OP_EXEC;
+	if (!ops || current_trusted())
+		return 0;
+	return report(GUARD_HOOK_FILE_OPEN, ops, &key, dentry->d_name.name, 0, 0, 0, 0);
+}
+
 /* false: no object on this dentry's filesystem has its reads denied (one filter lookup) */
 static __always_inline bool reads_guarded(struct dentry *dentry)
 {
@@ -322,13 +357,17 @@ static __always_inline bool own_executable(struct file *file)
 SEC("lsm/file_open")
 int BPF_PROG(guard_file_open, struct file *file, int ret)
 {
-	__u32 op;
+	__u32 op = 0;
 
 	if (ret)
 		return ret;
-	/* io_uring's IORING_OP_OPENAT comes here too */
-	op = ((file->f_mode & FMODE_WRITE) || (file->f_flags & O_TRUNC)) ? GUARD_OP_WRITE : GUARD_OP_READ;
-	return check(GUARD_HOOK_FILE_OPEN, op, file->f_path.dentry);
+	/* io_uring's IORING_OP_OPENAT comes here too; O_RDWR is both a read and a write.
+	 * (O_PATH opens, which neither read nor write, do not reach this hook.) */
+	if (file->f_mode & FMODE_READ)
+		op |= GUARD_OP_READ;
+	if ((file->f_mode & FMODE_WRITE) || (file->f_flags & O_TRUNC))
+		op |= GUARD_OP_WRITE;
+	return op ? check_open(file, op) : 0;
 }
 
 /* reads and writes through an fd opened before the guard started (or passed by a trusted
@@ -425,11 +464,14 @@ int BPF_PROG(guard_path_truncate, const struct path *path, int ret)
 	return check(GUARD_HOOK_PATH_TRUNCATE, GUARD_OP_WRITE, path->dentry);
 }
 
-/* what mapping `file` with `prot` does to it: writes it (shared), runs its code */
+/* what mapping `file` with `prot` does to it: reads it (page faults reach no hook, so the
+ * mapping is the read; on x86 every access implies read), writes it (shared), runs its code */
 static __always_inline __u32 mapping_ops(struct file *file, unsigned long prot, bool shared)
 {
 	__u32 op = 0;
 
+	if ((prot & (PROT_READ | PROT_WRITE | PROT_EXEC)) && reads_guarded(file->f_path.dentry))
+		op |= GUARD_OP_READ;
 	if ((prot & PROT_WRITE) && shared)
 		op |= GUARD_OP_WRITE;
 	/* exec without execve: `ld.so FILE`, dlopen() */
@@ -450,7 +492,7 @@ int BPF_PROG(guard_mmap_file, struct file *file, unsigned long reqprot, unsigned
 	return op ? check(GUARD_HOOK_MMAP_FILE, op, file->f_path.dentry) : 0;
 }
 
-/* a mapping made executable, or shared-writable, after mmap_file allowed it */
+/* a mapping made readable, executable or shared-writable after mmap_file allowed it */
 SEC("lsm/file_mprotect")
 int BPF_PROG(guard_file_mprotect, struct vm_area_struct *vma, unsigned long reqprot,
 	     unsigned long prot, int ret)
@@ -616,7 +658,7 @@ int BPF_PROG(guard_bpf_map, struct bpf_map *map, fmode_t fmode, int ret)
 		if (!(fmode & FMODE_WRITE))
 			return 0;
 	} else if (map != (void *)&protected && map != (void *)&filter && map != (void *)&trusted &&
-		   map != (void *)&protected_exe && map != (void *)&self_ids &&
+		   map != (void *)&protected_exe && map != (void *)&self_ids && map != (void *)&interpreters &&
 		   map != (void *)&task_trust && map != (void *)&events &&
 		   map != (void *)&verdicts && map != (void *)&generation) {
 		return 0;

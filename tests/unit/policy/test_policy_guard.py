@@ -25,8 +25,9 @@ def test_full_policy():
     p = parse_guard_policy(GOOD)
     assert p.mode == "audit"
     assert p.protect[0].path == "/etc/hostname" and p.protect[0].deny == DEFAULT_DENY
-    assert p.protect[1].deny == ("write", "read", "exec")
-    assert p.protect[1].mask == OPERATIONS["write"] | OPERATIONS["read"] | OPERATIONS["exec"]
+    # deny: adds to the defaults
+    assert p.protect[1].deny == DEFAULT_DENY + ("read", "exec")
+    assert p.protect[1].mask == sum(OPERATIONS.values())
     assert p.protect[1].line == 4
     assert [(t.path, t.inherit) for t in p.trust] == [("/usr/sbin/backup", True), ("/usr/bin/vim", False)]
     assert [r.path for r in p.processes] == ["/usr/sbin/sshd"]
@@ -51,6 +52,25 @@ def test_a_bad_baits_file_is_an_error_naming_it(tmp_path):
         parse_guard_policy(f"baits: [{tmp_path}/missing.yaml]\n")
 
 
+def test_deny_adds_to_the_defaults_and_allow_takes_from_them():
+    """`deny: [write, read]` used to replace the defaults, leaving unlink and rename allowed:
+    now it adds, and `allow:` is the explicit way to narrow."""
+    p = parse_guard_policy("protect:\n"
+                           "  - path: /a\n    deny: [write, read]\n"
+                           "  - path: /b\n    deny: [read]\n    allow: [write, unlink, rename, link, setattr]\n"
+                           "  - path: /c\n    allow: [setattr]\n"
+                           "  - path: /d\n    deny: [exec]\n")
+    assert [r.deny for r in p.protect] == [DEFAULT_DENY + ("read",), ("read",),
+                                           ("write", "unlink", "rename", "link"), DEFAULT_DENY + ("exec",)]
+    assert p.to_dict()["protect"][1] == {"path": "/b", "deny": ["read"]}
+
+
+def test_interpreters_are_paths():
+    p = parse_guard_policy("protect: [/a]\ninterpreters: [/opt/py/bin/python3, /usr//bin/tcl]\n")
+    assert p.interpreters == ["/opt/py/bin/python3", "/usr/bin/tcl"]
+    assert p.to_dict()["interpreters"] == p.interpreters
+
+
 def test_defaults_and_normalised_paths():
     p = parse_guard_policy("protect: [/etc//x/../hostname]\n")
     assert p.mode == "enforce" and p.protect[0].path == "/etc/hostname"
@@ -66,6 +86,10 @@ def test_defaults_and_normalised_paths():
     ("protect: /a\n", 1, "must be a list"),
     ("protect: [/a]\nprotect: [/b]\n", 2, "duplicate key"),
     ("protect:\n  - path: /a\n    deny: []\n", 3, "at least one"),
+    ("protect:\n  - path: /a\n    deny: [read]\n    allow: [read]\n", 4, "read both denied and allowed"),
+    ("protect:\n  - path: /a\n    allow: [write, unlink, rename, link, setattr]\n", 2, "denies nothing"),
+    ("protect:\n  - path: /a\n    allow: [reed]\n", 3, "unknown operation 'reed' in allow"),
+    ("protect: [/a]\ninterpreters: [python3]\n", 2, "absolute path"),
     ("protect: [/a\n", 2, "invalid YAML"),
     ("trust: [/a]\n", 1, "protects nothing"),
     ("- /a\n", 1, "must be a mapping"),
@@ -83,7 +107,8 @@ def test_empty_policy():
         parse_guard_policy("")
 
 
-_keys = st.sampled_from(["mode", "protect", "trust", "processes", "path", "deny", "inherit", "x"])
+_keys = st.sampled_from(["mode", "protect", "trust", "processes", "interpreters", "path", "deny", "allow",
+                         "inherit", "x"])
 _scalars = st.one_of(st.sampled_from(["/a", "/etc", "write", "enforce", "audit", "true", "", "~", "&a", "*a"]),
                      st.text(max_size=12))
 _values = st.recursive(_scalars, lambda c: st.one_of(st.lists(c, max_size=4),

@@ -2,7 +2,9 @@
 
 import dataclasses
 import os
+import shutil
 import stat
+import sys
 from pathlib import Path
 
 import pytest
@@ -50,11 +52,30 @@ def test_hardlinked_files_below_a_directory_are_keyed_themselves(tmp_path):
     linked.write_text("x")
     single.write_text("y")
     (tmp_path / "elsewhere").hardlink_to(linked)  # outside: no dentry walk from it reaches d
-    res = core.resolve(parse_guard_policy(f"protect:\n  - path: {d}\n    deny: [write]\n"))
+    res = core.resolve(parse_guard_policy(f"protect:\n  - path: {d}\n    deny: [read]\n"
+                                          f"    allow: [unlink, rename, link, setattr]\n"))
     key = core.key_of(str(tmp_path / "elsewhere"))
-    assert res.protected[key] == core.OPERATIONS["write"]
+    assert res.protected[key] == core.OPERATIONS["write"] | core.OPERATIONS["read"]
     assert res.labels[key] == {"object": str(d), "matched": str(linked)}
     assert core.key_of(str(single)) not in res.protected  # one link: the walk up finds d
+
+
+def test_interpreters_known_and_named_by_inode(tmp_path):
+    """The shells and interpreters installed here, and ld.so, are keyed by inode, the policy's
+    own added; a copy of a shell is not one of them (another inode)."""
+    known = core.known_interpreters()
+    assert os.path.realpath("/bin/sh") in known and os.path.realpath(sys.executable) in known
+    assert any("ld-linux" in p for p in known)
+    assert all(os.access(p, os.X_OK) and open(p, "rb").read(4) == b"\x7fELF" for p in known)
+    own = tmp_path / "tcl"
+    own.write_bytes(b"")
+    copy = tmp_path / "sh-copy"
+    shutil.copy("/bin/sh", copy)
+    res = core.resolve(parse_guard_policy(f"protect: [{tmp_path}]\ninterpreters: [{own}]\n"))
+    assert core.key_of(str(own)) in res.interpreters and core.key_of("/bin/sh") in res.interpreters
+    assert core.key_of(str(copy)) not in res.interpreters
+    assert set(res.interpreters) == {core.key_of(p) for p in known} | {core.key_of(str(own))}
+    assert res.counts()["interpreter_entries"] == len(res.interpreters)
 
 
 def test_labels_name_the_protected_object(tmp_path):
