@@ -44,8 +44,9 @@ def _load_policy(path: str):
 
 @click.group(epilog=EXAMPLES)
 def guard():
-    """Deny writes, unlinks, renames, links and attribute changes of protected files, and
-    signals/ptrace of protected processes, to every program that is not trusted.
+    """Deny writes, unlinks, renames, links and attribute changes of protected files (and,
+    where a rule adds them, every read and every way to run them), and signals/ptrace of
+    protected processes, to every program that is not trusted.
 
     Objects are keyed by (device, inode) as the kernel sees them (overlayfs included), so
     hardlinks, renames, bind mounts and symlinks do not escape. The guard protects itself:
@@ -70,7 +71,7 @@ def check(policy):
         "protected": len(protected), "trusted": len(trusted), "processes": len(exe),
         "interpreters": len(res.interpreters)}, "warnings": warnings}
     summary = {"policy": policy, "state": "valid", "mode": parsed.mode, **record["resolved"],
-               "warnings": warnings}
+               "denied": [f"{r.path}: {' '.join(r.deny)}" for r in parsed.protect], "warnings": warnings}
     out.document(record, _fields(summary, "guard policy"))
     out.banner(f"{policy}: valid (mode {parsed.mode}; {len(protected)} protected, {len(trusted)} trusted, "
                f"{len(exe)} processes resolved)")

@@ -1,6 +1,7 @@
 """Guard user space that needs no kernel: key resolution, event decoding, the CLI check."""
 
 import dataclasses
+import json
 import os
 import shutil
 import stat
@@ -328,9 +329,15 @@ def check(path, capsys) -> tuple[int, str]:
 
 def test_check_command(tmp_path, capsys):
     good = tmp_path / "good.yaml"
-    good.write_text(f"protect: [{tmp_path}]\n")
+    good.write_text(f"protect:\n  - path: {tmp_path}\n    deny: [read]\n")
     code, output = check(good, capsys)
     assert code == 0 and "valid" in output
+    # what each rule denies: the defaults and what it adds
+    assert invoke_cli(cli, ["--format", "json", "guard", "check", str(good)]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["protect"] == [{"path": str(tmp_path), "deny": ["write", "unlink", "rename", "link", "setattr",
+                                                                  "read"]}]
+    assert record["resolved"]["interpreters"] > 0
     bad = tmp_path / "bad.yaml"
     bad.write_text("protect:\n  - path: /a\n    deny: [wrte]\n")
     code, output = check(bad, capsys)
