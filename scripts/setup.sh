@@ -67,6 +67,10 @@ fi
 
 install_packages "${packages[@]}"
 
+# Tests also boot Debian 11's 5.10 (the oldest kernel ebpfkit supports), unpacked under
+# /var/lib/ebpfkit/kernels by a private apt configuration: the host's sources and /boot untouched
+[ "$want_test" = 1 ] && bash scripts/debian-kernel.sh bullseye >/dev/null
+
 if [ "$want_test" = 1 ] || [ "$want_bench" = 1 ]; then
   # the servers these packages bring are the tests' and benchmarks' to start, each on a loopback
   # port of its own: none may listen on the machine's addresses after a reboot either

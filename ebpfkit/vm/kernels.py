@@ -1,4 +1,7 @@
-"""Kernels a VM can boot: installed /boot/vmlinuz-* images, their modules, headers and config.
+"""Kernels a VM can boot: installed /boot/vmlinuz-* images, their modules, headers and config,
+and kernels of other Debian releases unpacked under /var/lib/ebpfkit/kernels/<release>/ (a
+root with boot/ and lib/modules/, as scripts/debian-kernel.sh leaves them; virtme-ng finds
+the modules beside the image).
 
 virtme-ng boots a distribution kernel over the host's root filesystem, so the kernel's
 modules must be installed (9p, overlayfs and virtio are modules in Debian's kernels).
@@ -16,6 +19,7 @@ from ..errors import NotSupportedError
 BOOT_DIR = "/boot"
 MODULES_DIR = "/lib/modules"
 IMAGE_PACKAGE = "linux-image-amd64"
+UNPACKED_DIR = os.environ.get("EBPFKIT_KERNELS_DIR", "/var/lib/ebpfkit/kernels")  # debian-kernel.sh's
 
 # Replaces the kernel's LSM list when none can be read from its config.
 FALLBACK_LSMS = "lockdown,capability,bpf"
@@ -90,21 +94,31 @@ def _version_key(release: str):
     return [int(p) if p.isdigit() else p for p in re.split(r"[.\-+~]", release)]
 
 
-def find_kernels(boot_dir: str = BOOT_DIR, modules_root: str = MODULES_DIR) -> list[Kernel]:
-    """Installed kernels, newest first."""
-    kernels = []
-    for image in Path(boot_dir).glob("vmlinuz-*"):
-        if image.is_file():
-            kernels.append(_kernel(image, image.name.removeprefix("vmlinuz-"), modules_root))
+def find_kernels(boot_dir: str = BOOT_DIR, modules_root: str = MODULES_DIR,
+                 unpacked_dir: str | None = None) -> list[Kernel]:
+    """Installed kernels and those unpacked under ``unpacked_dir`` (UNPACKED_DIR), newest first."""
+    places = [(Path(boot_dir), modules_root)]
+    unpacked_dir = unpacked_dir or UNPACKED_DIR
+    if os.path.isdir(unpacked_dir):
+        places += [(root / "boot", str(root / "lib" / "modules")) for root in sorted(Path(unpacked_dir).iterdir())
+                   if root.is_dir() and not root.name.endswith(".partial")]
+    kernels, seen = [], set()
+    for boot, modules in places:
+        for image in boot.glob("vmlinuz-*"):
+            release = image.name.removeprefix("vmlinuz-")
+            if image.is_file() and release not in seen:  # an installed one wins
+                seen.add(release)
+                kernels.append(_kernel(image, release, modules))
     return sorted(kernels, key=lambda k: _version_key(k.release), reverse=True)
 
 
 def default_kernel(kernels: list[Kernel]) -> Kernel | None:
-    """The newest installed kernel that has its modules."""
+    """The newest kernel that has its modules."""
     return next((k for k in kernels if k.modules), None)
 
 
-def resolve(spec: str | None = None, boot_dir: str = BOOT_DIR, modules_root: str = MODULES_DIR) -> Kernel:
+def resolve(spec: str | None = None, boot_dir: str = BOOT_DIR, modules_root: str = MODULES_DIR,
+            unpacked_dir: str | None = None) -> Kernel:
     """The kernel for ``--kernel``: a path to an image, a release ("6.1.0-56-amd64") or a
     version prefix ("6.1"), or None for the default. Raises NotSupportedError naming the package."""
     if spec and (os.sep in spec or os.path.isfile(spec)):
@@ -112,10 +126,14 @@ def resolve(spec: str | None = None, boot_dir: str = BOOT_DIR, modules_root: str
         if not image.is_file():
             raise NotSupportedError("vm-kernel", f"no kernel image at {spec}")
         release = image_release(image) or image.name.removeprefix("vmlinuz-")
+        image = image.resolve()
+        beside = image.parent.parent / "lib" / "modules"  # an unpacked package's root (as virtme-ng looks)
+        if image.parent.name == "boot" and (beside / release).is_dir():
+            modules_root = str(beside)
         # a self-built image may have 9p and virtio built in: let virtme-ng judge
-        return _kernel(image.resolve(), release, modules_root)
+        return _kernel(image, release, modules_root)
     else:
-        kernels = find_kernels(boot_dir, modules_root)
+        kernels = find_kernels(boot_dir, modules_root, unpacked_dir)
         if spec:
             matches = [k for k in kernels if k.release == spec] or [
                 k for k in kernels if k.release.startswith(spec) and k.release[len(spec):][:1] in ".-"]
@@ -123,7 +141,9 @@ def resolve(spec: str | None = None, boot_dir: str = BOOT_DIR, modules_root: str
             if kernel is None:
                 found = ", ".join(k.release for k in kernels) or "none"
                 raise NotSupportedError("vm-kernel", f"no installed kernel matches {spec!r} (installed: {found})",
-                                        hint=f"apt-get install {IMAGE_PACKAGE}, or pass --kernel /path/to/vmlinuz")
+                                        hint=f"apt-get install {IMAGE_PACKAGE}, scripts/debian-kernel.sh SUITE "
+                                             f"(another Debian release's: bullseye is 5.10), or pass "
+                                             f"--kernel /path/to/vmlinuz")
         else:
             kernel = default_kernel(kernels)
             if kernel is None:

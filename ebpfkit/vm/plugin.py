@@ -116,7 +116,9 @@ def wanted_kernel(item) -> str | None:
 
 
 def pytest_runtest_setup(item):
-    """Inside a VM: skip a marked test whose needs this guest does not meet."""
+    """Inside a VM: fail a test marked lsm=True where BPF-LSM is not active (the guest cannot
+    show what the test must: a skip would hide the only enforcement coverage); skip one that
+    wants another kernel than this guest's."""
     marker = item.get_closest_marker(MARK)
     if marker is None:
         return
@@ -128,7 +130,8 @@ def pytest_runtest_setup(item):
 
     lsms = active_lsms()
     if marker.kwargs.get("lsm") and lsms is not None and "bpf" not in lsms.split(","):
-        pytest.skip(f"needs BPF-LSM, not active in this VM ({lsms}): boot with `ebpfkit vm run --lsm`")
+        pytest.fail(f"needs BPF-LSM, not active in this VM ({lsms}): boot with `ebpfkit vm run --lsm`",
+                    pytrace=False)
     wanted = wanted_kernel(item)
     if wanted and not _kernel_matches(wanted, os.uname().release):
         pytest.skip(f"wants kernel {wanted}, this VM runs {os.uname().release}")

@@ -14,6 +14,12 @@ from ebpfkit.output import invoke_cli
 from ebpfkit.vm import VMResult, VMSpec, host, kernels, runner
 
 
+@pytest.fixture(autouse=True)
+def no_unpacked_kernels(monkeypatch, tmp_path):
+    """This machine's /var/lib/ebpfkit/kernels stays out of the fake /boot trees."""
+    monkeypatch.setattr(kernels, "UNPACKED_DIR", str(tmp_path / "unpacked"))
+
+
 def fake_boot(tmp_path, *releases, modules=True, lsm=None):
     boot, mods = tmp_path / "boot", tmp_path / "modules"
     boot.mkdir(exist_ok=True)
@@ -34,6 +40,33 @@ def test_kernels_newest_first_and_the_default_has_modules(tmp_path):
     assert kernels.resolve(None, boot, mods).release == "6.1.0-56-amd64"
     assert kernels.resolve("5.10", boot, mods).release == "5.10.0-9-amd64"
     assert kernels.resolve("6.1.0-9-amd64", boot, mods).release == "6.1.0-9-amd64"
+
+
+def test_unpacked_kernels_of_other_releases_are_found_with_their_modules(tmp_path):
+    """scripts/debian-kernel.sh's roots: boot/ and lib/modules/ side by side; an installed
+    kernel of the same release wins; a half-unpacked root is not a kernel."""
+    boot, mods = fake_boot(tmp_path, "6.1.0-56-amd64")
+    unpacked = tmp_path / "unpacked"
+    for release in ("5.10.0-32-amd64", "6.1.0-56-amd64"):
+        root = unpacked / release
+        (root / "boot").mkdir(parents=True)
+        (root / "boot" / f"vmlinuz-{release}").write_bytes(b"x")
+        (root / "boot" / f"config-{release}").write_text('CONFIG_LSM="lockdown,yama"\n')
+        (root / "lib" / "modules" / release).mkdir(parents=True)
+        (root / "lib" / "modules" / release / "modules.dep").write_text("")
+    (unpacked / "4.19.0-1-amd64.partial" / "boot").mkdir(parents=True)
+    (unpacked / "4.19.0-1-amd64.partial" / "boot" / "vmlinuz-4.19.0-1-amd64").write_bytes(b"x")
+    found = kernels.find_kernels(boot, mods)
+    assert [k.release for k in found] == ["6.1.0-56-amd64", "5.10.0-32-amd64"]
+    assert found[0].image == f"{boot}/vmlinuz-6.1.0-56-amd64"
+    old = kernels.resolve("5.10", boot, mods)
+    assert old.modules == str(unpacked / "5.10.0-32-amd64" / "lib" / "modules" / "5.10.0-32-amd64")
+    assert old.lsm_list() == "lockdown,yama,bpf"  # its own config, beside its image
+    by_path = kernels.resolve(str(unpacked / "5.10.0-32-amd64" / "boot" / "vmlinuz-5.10.0-32-amd64"), boot, mods)
+    assert by_path.modules == old.modules
+    with pytest.raises(NotSupportedError) as exc:
+        kernels.resolve("4.19", boot, mods)
+    assert "scripts/debian-kernel.sh" in exc.value.hint
 
 
 def test_unknown_or_missing_kernel_names_the_package(tmp_path):

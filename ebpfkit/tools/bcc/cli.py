@@ -49,8 +49,14 @@ def run(engine, script, args):
     line_buffered_stdout()  # a tool's lines reach `| grep` (or a test reading its header) as printed
     with open(path, encoding="utf-8", errors="surrogateescape") as f:
         source = with_tracefs_here(f.read())
+    try:
+        code = compile(source, path, "exec")
+    except (SyntaxError, ValueError) as exc:  # not Python (a binary, /etc/passwd): a usage error
+        where = f"{path}:{exc.lineno}" if getattr(exc, "lineno", None) else path
+        raise click.UsageError(f"{where}: not a Python program ({getattr(exc, 'msg', exc)}): "
+                               f"`bcc run` takes a BCC Python script or a BCC tool's name") from None
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))  # as `python3 SCRIPT` would
-    exec(compile(source, path, "exec"), {"__name__": "__main__", "__file__": path, "__builtins__": __builtins__})
+    exec(code, {"__name__": "__main__", "__file__": path, "__builtins__": __builtins__})
 
 
 # BCC's tools of its 0.2x releases name tracefs by its old place under debugfs (tplist reads

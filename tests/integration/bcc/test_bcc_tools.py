@@ -94,6 +94,17 @@ def test_an_unknown_tool_is_a_usage_error_naming_where_it_looked():
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize("what", ["/etc/passwd", "binary"])
+def test_a_file_that_is_not_python_is_a_usage_error_naming_it(tmp_path, what):
+    path = what if what.startswith("/") else str(tmp_path / "prog")
+    if not what.startswith("/"):
+        shutil.copy("/bin/true", path)  # NUL bytes: compile() raises ValueError, not SyntaxError
+    proc = subprocess.run([*EBPFKIT, "bcc", "run", path], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert f"{path}" in proc.stderr and "not a Python program" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and "unexpected error" not in proc.stderr
+
+
 def test_tcpstates_shows_a_loopback_connections_state_changes_on_its_port():
     """Two perf buffers (IPv4 and IPv6) read together, socket fields read through the kernel's
     anonymous unions, state names from bcc.tcp."""
