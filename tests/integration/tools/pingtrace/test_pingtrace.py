@@ -303,8 +303,8 @@ def test_the_client_polls_only_in_the_last_stretch_before_a_probe(netns, veth_pa
         assert len(results) == count and not any(r.lost for r in results)
         return resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw - before
 
-    assert pingtrace.session.SPIN_S == 0.002
-    fast, slow = switches_while(200, 1000), switches_while(20, 10_000)
+    spin_us = int(pingtrace.session.SPIN_S * 1e6)  # the last stretch, polled: 2 ms
+    fast, slow = switches_while(200, spin_us // 2), switches_while(20, 5 * spin_us)
     assert fast < 20, fast  # the odd page fault or preemption, not one sleep a probe
     assert slow >= 20, slow
 
@@ -352,6 +352,32 @@ def test_the_log_keeps_every_printed_probe_and_the_image_draws_the_stages(capsys
     assert [p["seq"] for p in probes] == list(range(20))
     assert all(p["checkpoints"] and p["stages"] for p in probes)
     assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and image.stat().st_size > 10_000
+    # the lines drawn: the round trip and the probes' slowest stages (by p99), as the log has them
+    from ebpfkit.tools.pingtrace.image import DRAWN, MAX_STAGES
+
+    drawn = png_text(image)["Description"].removeprefix(DRAWN).split("; ")
+    by_stage: dict = {}
+    for p in probes:
+        for stage in p["stages"]:
+            by_stage.setdefault(f"{stage['start']} -> {stage['end']}", []).append(stage["us"])
+    p99 = {name: sorted(v)[int(0.99 * (len(v) - 1))] for name, v in by_stage.items()}
+    assert drawn[0] == "round trip" and set(drawn[1:]) <= set(p99), (drawn, sorted(p99))
+    assert len(drawn) - 1 == min(MAX_STAGES, len(p99))
+    assert min(p99[name] for name in drawn[1:]) >= max((v for n, v in p99.items() if n not in drawn), default=0)
+
+
+def png_text(path) -> dict:
+    """The tEXt chunks of a PNG file."""
+    import struct
+
+    data, pos, text = path.read_bytes(), 8, {}
+    while pos < len(data):
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        if kind == b"tEXt":
+            key, _, value = data[pos + 8:pos + 8 + length].partition(b"\0")
+            text[key.decode("latin-1")] = value.decode("latin-1")
+        pos += 12 + length
+    return text
 
 
 _WIRE_PROGRAM = r"""

@@ -139,10 +139,12 @@ def test_bad_options_exit_2_with_the_reason(capsys):
 def test_engine_bcc_where_bcc_cannot_run_exits_3_saying_why():
     from ebpfkit.bcc import native
 
-    assert native.kernel_headers() is None, "this host was expected to have no kernel headers"
     cli = subprocess.run([sys.executable, "-m", "ebpfkit", "softirqs", "--engine", "bcc", "1", "1"],
-                         capture_output=True, text=True, timeout=60)
-    assert cli.returncode == 3 and "engine='bcc' needs" in cli.stderr and "Traceback" not in cli.stderr, cli.stderr
+                         capture_output=True, text=True, timeout=120)
+    if native.kernel_headers() is None:
+        assert cli.returncode == 3 and "engine='bcc' needs" in cli.stderr and "Traceback" not in cli.stderr, cli.stderr
+    else:  # BCC compiles with this kernel's headers: it runs
+        assert cli.returncode == 0 and "Traceback" not in cli.stderr, cli.stderr
     cli = subprocess.run([sys.executable, "-m", "ebpfkit", "softirqs", "--engine", "nope"], capture_output=True,
                          text=True, timeout=60)
     assert cli.returncode == 2 and "nope" in cli.stderr, cli.stderr

@@ -30,13 +30,18 @@ def root_qdisc(lab, device: str) -> str:
 
 
 def test_without_fq_it_says_so_and_leaves_the_device_alone(lab):
+    """Where the kernel has no fq qdisc (this project's hosts), ratelimit exits 3; where it has
+    one (a distribution kernel loads sch_fq on demand) it runs. Either way the device's root
+    qdisc is as it was afterwards. (The limit itself is measured in the VM: test_tc_vm.py.)"""
     from ebpfkit.engine import features
 
-    assert not os.path.exists("/sys/module/sch_fq"), "this host was expected to have no fq"
     before = root_qdisc(lab, lab.remote.node_device)
     done = ek("--netns", lab.node.name, "-d", lab.remote.node_device, "-r", f"src {lab.pods[0].address} rate 10mbit",
               "1", "1")
-    assert done.returncode == 3 and "no fq qdisc" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    if features.probe("fq").supported:
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    else:
+        assert done.returncode == 3 and "no fq qdisc" in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert root_qdisc(lab, lab.remote.node_device) == before
     assert features.probe("tc").supported  # tc itself works here: it is fq that is missing
 
