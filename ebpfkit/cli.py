@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 
 import click
 
@@ -60,7 +61,30 @@ def cli(btf):
         check_btf_file(os.environ[BTF_ENV])  # a bad file is a usage error before any tool runs
 
 
+def _sigterm_as_ctrl_c(signum, frame):
+    """A command-line tool stops on SIGTERM (kill, systemd, a container's stop) as on Ctrl-C:
+    its final output printed, its links detached, the same exit status. Where SIGINT is
+    ignored (inherited so, in a script's background job), SIGTERM still stops it."""
+    if os.getpid() != _main_pid:
+        # a fork() child (pyroute2's netns helpers) inherits this handler but must not unwind
+        # the tool's stack: it dies as SIGTERM normally would
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+    handler = signal.getsignal(signal.SIGINT)
+    if callable(handler):
+        handler(signal.SIGINT, frame)  # the interval loop's own rules (common.intervals)
+    else:
+        raise KeyboardInterrupt
+
+
+_main_pid = os.getpid()
+
+
 def main():
+    global _main_pid
+    _main_pid = os.getpid()
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _sigterm_as_ctrl_c)
     run_cli(cli, prog_name="ebpfkit")
 
 
