@@ -445,6 +445,20 @@ def wait_moved_between_cpus(tracing, held_ms: int = 60) -> tuple[float, float]:
     return truth_us, (moved - woken) * 1e6
 
 
+def stop(proc, sig: int = 2, timeout: float = 30.0) -> tuple[str, str]:
+    """Stop a running tool with ``sig`` (SIGINT: Ctrl-C) and collect its output. One that has
+    not ended within ``timeout`` is killed: a failing test leaves nothing running (what the
+    tool printed is returned, and the test fails on that)."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        return out, (err or "") + f"\n[killed: still running {timeout:g} s after signal {sig}]"
+
+
 def reap(proc) -> None:
     """End and reap a pinned_python child (for a test's cleanup)."""
     if proc.stdin and not proc.stdin.closed:

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from helpers import bpf_objects_held_by, still_in_kernel
+from helpers import bpf_objects_held_by, reap, still_in_kernel, stop
 
 pytestmark = [pytest.mark.integration, pytest.mark.skipif(os.geteuid() != 0, reason="loads BPF programs")]
 
@@ -58,8 +58,7 @@ def test_exitsnoop_shows_an_exit_code_and_a_killing_signal():
         killed.wait()
         time.sleep(1)
     finally:
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
+        out, err = stop(proc)
     rows = {int(m[1]): m[2].strip() for m in re.finditer(r"^\S+\s+(\d+)\s+\d+\s+\d+\s+[\d.]+\s+(.*)$", out, re.M)}
     assert rows.get(coded.pid) == "code 3", out
     assert rows.get(killed.pid) == "signal 15 (TERM)", out
@@ -80,8 +79,7 @@ def test_syscount_counts_a_process_syscalls_by_name():
         workload.stdin.close()
         workload.wait(timeout=30)
         time.sleep(0.5)
-        proc.send_signal(signal.SIGINT)  # its last interval is printed on Ctrl-C
-        out, err = proc.communicate(timeout=30)
+        out, err = stop(proc)  # its last interval is printed on Ctrl-C
     # the loop may straddle two intervals: their counts add up
     counts = [int(m[1]) for m in re.finditer(r"^getppid\s+(\d+)$", out, re.M)]
     assert sum(counts) == 4321, out + err
@@ -124,8 +122,7 @@ def test_tcpstates_shows_a_loopback_connections_state_changes_on_its_port():
         server.close()
         time.sleep(1)
     finally:
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
+        out, err = stop(proc)
     # LADDR LPORT RADDR RPORT OLDSTATE -> NEWSTATE, for the client's socket
     moves = re.findall(rf"127\.0\.0\.1\s+{client_port}\s+127\.0\.0\.1\s+{port}\s+(\S+)\s+->\s+(\S+)", out)
     assert moves == [("SYN_SENT", "ESTABLISHED"), ("ESTABLISHED", "FIN_WAIT1"), ("FIN_WAIT1", "FIN_WAIT2"),
@@ -173,10 +170,9 @@ def trace_on_cue(tool: str, workload_argv: list, header: str) -> tuple[str, str]
         assert workload.stdout.readline() == "done\n"
         time.sleep(1)
     finally:
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
+        out, err = stop(proc)
         workload.stdin.close()
-        workload.wait(timeout=30)
+        reap(workload)
     return out, err
 
 
@@ -249,8 +245,7 @@ def test_dbslower_shows_each_query_mariadb_runs_by_uprobe(mariadb):
                            check=True, capture_output=True, timeout=30)
         time.sleep(1)
     finally:
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
+        out, err = stop(proc)
     for mark in marks:
         assert len(re.findall(rf"SELECT '{mark}'", out)) == 1, out + err
 
@@ -271,8 +266,7 @@ def test_opensnoop_shows_each_open_of_a_file_with_its_result(tmp_path):
             os.open(absent, os.O_RDONLY)
         time.sleep(1)
     finally:
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
+        out, err = stop(proc)
     # PID COMM FD ERR PATH
     opened = re.findall(rf"^{os.getpid()}\s+\S+\s+(\d+)\s+0\s+{re.escape(str(present))}$", out, re.M)
     failed = re.findall(rf"^{os.getpid()}\s+\S+\s+-1\s+2\s+{re.escape(str(absent))}$", out, re.M)
