@@ -13,9 +13,15 @@ _symbolizer = None  # the processes' symbols sym() has read
 
 
 def tracepoint_exists(category, event) -> bool:
+    """BPF.tracepoint_exists: tracefs lists it (mounted here first where it is not)."""
+    from ..engine.mounts import ensure_tracefs
     from ..sysinfo.events import tracepoint_exists
 
-    return tracepoint_exists(_text(category), _text(event))
+    try:
+        root = ensure_tracefs()
+    except EbpfkitError:  # not root: what is mounted is all there is to ask
+        return tracepoint_exists(_text(category), _text(event))
+    return tracepoint_exists(_text(category), _text(event), root)
 
 
 # a syscall's own function, as get_syscall_fnname names it (this architecture's wrapper, or the

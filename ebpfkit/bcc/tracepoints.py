@@ -20,9 +20,14 @@ def struct_name(group: str, event: str) -> str:
 
 
 def args_struct(group: str, event: str, tracing_root: str | None = None) -> str:
-    """C for ``struct tracepoint__<group>__<event>``, with a compile-time check of each offset."""
+    """C for ``struct tracepoint__<group>__<event>``, with a compile-time check of each offset.
+    tracefs is mounted first where it is not (boot mounts none on some systems)."""
+    if tracing_root is None:
+        from ..engine.mounts import ensure_tracefs
+
+        tracing_root = ensure_tracefs()
     try:
-        fields = tracepoint_fields(group, event, *([tracing_root] if tracing_root else []))
+        fields = tracepoint_fields(group, event, tracing_root)
     except OSError:
         raise NotSupportedError(f"tracepoint {group}:{event}",
                                 f"this kernel has no tracepoint {group}:{event} (no tracefs format for it)") from None

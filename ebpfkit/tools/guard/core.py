@@ -538,6 +538,11 @@ def refuse_reason() -> str | None:
     if not active.supported:
         return (f"BPF-LSM is not active ({active.reason}; /sys/kernel/security/lsm lacks 'bpf'). "
                 f"Enable it: {features.HINTS.get('lsm_active')}")
+    storage = features.probe("task_storage")
+    if not storage.supported:  # each task's trust lives there (guard.bpf.c: task_trust)
+        return (f"the guard keeps each task's trust in task storage, which this kernel "
+                f"({features.kernel_release()}) lacks: {storage.reason}; "
+                f"{features.HINTS.get('task_storage')}")
     lsm = features.probe("lsm")
     if not lsm.supported:
         return (f"BPF-LSM is active (bpf is listed in /sys/kernel/security/lsm) but this kernel "
