@@ -40,7 +40,7 @@ def pytest_configure(config):
     # Started from a script's background job (`bash scripts/run-tests.sh &`, nohup) this process
     # inherits SIGINT ignored, and so would every child it starts: a test stopping a tool with
     # SIGINT (Ctrl-C) would wait for it in vain. A handler here is reset to the default in each
-    # exec'd child (test_children_get_sigint_at_its_default checks it).
+    # exec'd child (tests/integration/tools/test_signals.py checks it).
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     # `detect run` keeps its alerts in /var/log/ebpfkit by default: not the suite's ones

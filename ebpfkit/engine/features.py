@@ -1163,6 +1163,12 @@ for _name, (_number, _label) in _TC_HELPERS.items():
     _register(_name, _label)(_tc_helper_probe(_number))
 
 
+@_register("bpf_loop", "helper bpf_loop (5.17)")
+def _probe_bpf_loop(name, lbl):
+    found = have_helper(ProgType.TRACEPOINT, 181)  # BPF_FUNC_loop
+    return Probe(name, lbl, found.status, found.reason)
+
+
 @_register("prog_test_run", "BPF_PROG_TEST_RUN")
 @_attach_probe
 def _probe_test_run():
@@ -1222,6 +1228,7 @@ HINTS = {
     "sk_msg": "needs CONFIG_BPF_STREAM_PARSER=y",
     "prog_test_run": "needs a kernel >= 4.12 (BPF_PROG_TEST_RUN)",
     "redirect_neigh": "needs a kernel >= 5.10",
+    "bpf_loop": "needs a kernel >= 5.17 (bpf_loop)",
     "fq": "needs a kernel built with CONFIG_NET_SCH_FQ (modprobe sch_fq)",
     "redirect_peer": "needs a kernel >= 5.10",
 }

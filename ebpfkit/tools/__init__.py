@@ -68,8 +68,10 @@ TOOLS: dict[str, ToolInfo] = {t.name: t for t in [
                     ("hrtimer sampling: cpu-clock ticks (stack when the tick ran)", ("btf", "perf_event")))),
     ToolInfo("iofsstat", "ebpfkit.tools.iofsstat.cli",
              "File IO per process and file (paths, containers) next to disk IO.",
-             hooks=(("fexit vfs_read/vfs_write", ("btf", "kernel_btf", "fexit", "tracepoint", "lockdown")),
-                    ("syscall tracepoints", ("btf", "tracepoint", "lockdown")))),
+             # both walk a file's path with bpf_loop (5.17; the syscall programs also read the
+             # saved registers with bpf_task_pt_regs, 5.15)
+             hooks=(("fexit vfs_read/vfs_write", ("btf", "kernel_btf", "fexit", "bpf_loop", "tracepoint", "lockdown")),
+                    ("syscall tracepoints", ("btf", "kernel_btf", "bpf_loop", "tracepoint", "lockdown")))),
     ToolInfo("iotrace", "ebpfkit.tools.iotrace.cli",
              "IO latency at every layer, from the syscall to the block device, per request.",
              hooks=(("tracepoints syscalls/* + block/*, CO-RE reads", ("btf", "tracepoint", "lockdown")),)),

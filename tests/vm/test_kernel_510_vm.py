@@ -5,8 +5,9 @@ fentry and ring buffers, but not task storage or bpf_get_current_task_btf (5.11)
 stops, the guard (which keeps each task's trust in task storage) exits 3 saying so, and
 runqlat, on the raw tracepoint it falls back to, counts a process's wakeups.
 
-Where 5.10 stands for the other tools is issue #43's note: iofsstat's fexit path (bpf_loop) and
-iotrace's block tracepoints (another record layout) do not load there yet."""
+iofsstat walks each file's path with bpf_loop (5.17) on every hook: doctor says it does not run
+here, and it exits 3 naming what it needs. Where 5.10 stands for the other tools is issue
+#43's note (iotrace's block tracepoints have another record layout there and do not load yet)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,8 @@ def test_doctor_names_what_510_lacks_and_the_tools_it_stops():
     from ebpfkit.tools.runqlat.session import RAW_HOOK
 
     assert tools["runqlat"] == {"runs": True, "hook": RAW_HOOK}, tools["runqlat"]
+    assert features["bpf_loop"]["status"] == "unsupported", features["bpf_loop"]
+    assert tools["iofsstat"]["runs"] is False and "bpf_loop" in tools["iofsstat"]["hook"], tools["iofsstat"]
 
 
 def test_guard_start_exits_3_naming_task_storage(tmp_path):
@@ -75,3 +78,10 @@ def test_runqlat_counts_the_wakeups_of_a_process_on_the_raw_tracepoint():
         if child.poll() is None:
             child.kill()
             child.wait()
+
+
+def test_iofsstat_exits_3_naming_bpf_loop():
+    run = subprocess.run([sys.executable, "-m", "ebpfkit", "iofsstat", "1", "1"], capture_output=True, text=True,
+                         timeout=600)
+    assert run.returncode == 3, run.stderr
+    assert "bpf_loop" in run.stderr and ">= 5.17" in run.stderr and "Traceback" not in run.stderr, run.stderr

@@ -139,6 +139,8 @@ class Session(ToolSession):
     def _choose_hook(self):
         from ...engine import features
 
+        # every program walks a file's path with bpf_loop (5.17): before it, exit 3 saying so
+        features.require("bpf_loop")
         if self.config.hook != "auto":
             features.require(self.config.hook)
             best = self.config.hook

@@ -113,5 +113,5 @@ def test_bad_input_is_a_usage_error(args, message):
 def test_registered_with_both_hooks():
     info = TOOLS["iofsstat"]
     assert info.module == "ebpfkit.tools.iofsstat.cli"
-    assert [needs for _, needs in info.hooks] == [("btf", "kernel_btf", "fexit", "tracepoint", "lockdown"),
-                                                  ("btf", "tracepoint", "lockdown")]
+    assert [needs for _, needs in info.hooks] == [("btf", "kernel_btf", "fexit", "bpf_loop", "tracepoint", "lockdown"),
+                                                  ("btf", "kernel_btf", "bpf_loop", "tracepoint", "lockdown")]

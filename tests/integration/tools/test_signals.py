@@ -1,4 +1,4 @@
-"""Signals as a user's shell, a script and systemd send them: a tool stops on SIGTERM as on
+"""Tools as a user's shell, a script and systemd signal them: a tool stops on SIGTERM as on
 Ctrl-C (its final histogram printed, exit 0), also where it inherited SIGINT ignored (a
 script's background job); and the suite's own children get SIGINT at its default, whatever
 disposition the suite was started with (tests/conftest.py)."""
