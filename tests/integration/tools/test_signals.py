@@ -13,6 +13,8 @@ import time
 
 import pytest
 
+from helpers import stop
+
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(os.geteuid() != 0, reason="loads BPF programs: needs root")]
 
@@ -42,6 +44,7 @@ def test_sigterm_stops_a_tool_as_ctrl_c_does(sigint):
     proc = subprocess.Popen([sys.executable, "-m", "ebpfkit", "runqlat"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, preexec_fn=child_setup,
                             env=dict(os.environ, NO_COLOR="1"))
+    still_running = True
     try:
         for line in proc.stderr:
             if "Hit Ctrl-C" in line:
@@ -50,14 +53,11 @@ def test_sigterm_stops_a_tool_as_ctrl_c_does(sigint):
             assert _ignored_signals(proc.pid) & (1 << (signal.SIGINT - 1))
             proc.send_signal(signal.SIGINT)
             time.sleep(0.5)
-            assert proc.poll() is None  # as the shell left it: Ctrl-C does not reach it
+            still_running = proc.poll() is None  # as the shell left it: Ctrl-C does not reach it
         time.sleep(0.5)
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=60)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        out, err = stop(proc, signal.SIGTERM, 60)
+    assert still_running
     assert proc.returncode == 0, err
     assert "usecs" in out and "distribution" in out, out
     assert "Traceback" not in err
