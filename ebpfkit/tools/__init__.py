@@ -71,7 +71,7 @@ TOOLS: dict[str, ToolInfo] = {t.name: t for t in [
              # both walk a file's path with bpf_loop (5.17; the syscall programs also read the
              # saved registers with bpf_task_pt_regs, 5.15)
              hooks=(("fexit vfs_read/vfs_write", ("btf", "kernel_btf", "fexit", "bpf_loop", "tracepoint", "lockdown")),
-                    ("syscall tracepoints", ("btf", "kernel_btf", "bpf_loop", "tracepoint", "lockdown")))),
+                    ("syscall tracepoints", ("btf", "bpf_loop", "tracepoint", "lockdown")))),
     ToolInfo("iotrace", "ebpfkit.tools.iotrace.cli",
              "IO latency at every layer, from the syscall to the block device, per request.",
              hooks=(("tracepoints syscalls/* + block/*, CO-RE reads", ("btf", "tracepoint", "lockdown")),)),

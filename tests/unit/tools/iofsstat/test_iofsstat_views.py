@@ -114,4 +114,4 @@ def test_registered_with_both_hooks():
     info = TOOLS["iofsstat"]
     assert info.module == "ebpfkit.tools.iofsstat.cli"
     assert [needs for _, needs in info.hooks] == [("btf", "kernel_btf", "fexit", "bpf_loop", "tracepoint", "lockdown"),
-                                                  ("btf", "kernel_btf", "bpf_loop", "tracepoint", "lockdown")]
+                                                  ("btf", "bpf_loop", "tracepoint", "lockdown")]
