@@ -1147,26 +1147,22 @@ def _probe_sk_msg():
     return _result(SUPPORTED, f"attached to a SOCKHASH ({how})")
 
 
-# tc helpers a fast path needs: enum bpf_func_id's numbers (libbpf's bpf_helper_defs.h)
-_TC_HELPERS = {"redirect_neigh": (152, "tc helper bpf_redirect_neigh"),
-               "redirect_peer": (155, "tc helper bpf_redirect_peer")}
+# helpers a tool needs: (program type, enum bpf_func_id's number from libbpf's
+# bpf_helper_defs.h, label): tc's fast paths; iofsstat's path walk (bpf_loop, 5.17)
+_HELPERS = {"redirect_neigh": (ProgType.SCHED_CLS, 152, "tc helper bpf_redirect_neigh"),
+            "redirect_peer": (ProgType.SCHED_CLS, 155, "tc helper bpf_redirect_peer"),
+            "bpf_loop": (ProgType.TRACEPOINT, 181, "helper bpf_loop (5.17)")}
 
 
-def _tc_helper_probe(helper_id: int):
+def _helper_probe(prog_type: ProgType, helper_id: int):
     def run(name: str, lbl: str) -> Probe:
-        found = have_helper(ProgType.SCHED_CLS, helper_id)
+        found = have_helper(prog_type, helper_id)
         return Probe(name, lbl, found.status, found.reason)
     return run
 
 
-for _name, (_number, _label) in _TC_HELPERS.items():
-    _register(_name, _label)(_tc_helper_probe(_number))
-
-
-@_register("bpf_loop", "helper bpf_loop (5.17)")
-def _probe_bpf_loop(name, lbl):
-    found = have_helper(ProgType.TRACEPOINT, 181)  # BPF_FUNC_loop
-    return Probe(name, lbl, found.status, found.reason)
+for _name, (_type, _number, _label) in _HELPERS.items():
+    _register(_name, _label)(_helper_probe(_type, _number))
 
 
 @_register("prog_test_run", "BPF_PROG_TEST_RUN")
