@@ -30,6 +30,8 @@ def ext4_loop(tmp_path):
     image = tmp_path / "disk.img"
     with open(image, "wb") as f:
         f.truncate(256 << 20)
+    # a VM guest has no udev to load loop on first use of /dev/loop-control
+    subprocess.run(["modprobe", "-q", "loop"], check=False)
     device = _run("losetup", "--find", "--show", str(image))
     mountpoint = tmp_path / "mnt"
     mountpoint.mkdir()

@@ -237,10 +237,51 @@ static __always_inline int on_block(__u8 kind, __u32 dev, __u64 sector, __u32 nr
 	return 0;
 }
 
+/* The block records' names changed in 5.11 (events became classes); their fields did not.
+ * Local flavors, so neither name has to be in the compile's vmlinux.h: CO-RE matches
+ * "name___x" to the kernel's "name" and drops the branch whose type is missing. */
+struct trace_event_raw_block_bio___511 {
+	dev_t dev;
+	sector_t sector;
+	unsigned int nr_sector;
+	char rwbs[8];
+} __attribute__((preserve_access_index));
+
+struct trace_event_raw_block_bio_queue___510 {
+	dev_t dev;
+	sector_t sector;
+	unsigned int nr_sector;
+	char rwbs[8];
+} __attribute__((preserve_access_index));
+
+struct trace_event_raw_block_rq_completion___511 {
+	dev_t dev;
+	sector_t sector;
+	unsigned int nr_sector;
+	int error;
+	char rwbs[8];
+} __attribute__((preserve_access_index));
+
+struct trace_event_raw_block_rq_complete___510 {
+	dev_t dev;
+	sector_t sector;
+	unsigned int nr_sector;
+	int error;
+	char rwbs[8];
+} __attribute__((preserve_access_index));
+
 SEC("tp/block/block_bio_queue")
-int iotrace_bio_queue(struct trace_event_raw_block_bio *ctx)
+int iotrace_bio_queue(void *ctx)
 {
-	return on_block(IOTRACE_BIO_QUEUE, ctx->dev, ctx->sector, ctx->nr_sector, ctx->rwbs, 0);
+	if (bpf_core_type_exists(struct trace_event_raw_block_bio___511)) {
+		struct trace_event_raw_block_bio___511 *r = ctx;
+
+		return on_block(IOTRACE_BIO_QUEUE, r->dev, r->sector, r->nr_sector, r->rwbs, 0);
+	} else {
+		struct trace_event_raw_block_bio_queue___510 *r = ctx;
+
+		return on_block(IOTRACE_BIO_QUEUE, r->dev, r->sector, r->nr_sector, r->rwbs, 0);
+	}
 }
 
 SEC("tp/block/block_rq_insert")
@@ -256,10 +297,17 @@ int iotrace_rq_issue(struct trace_event_raw_block_rq *ctx)
 }
 
 SEC("tp/block/block_rq_complete")
-int iotrace_rq_complete(struct trace_event_raw_block_rq_completion *ctx)
+int iotrace_rq_complete(void *ctx)
 {
-	return on_block(IOTRACE_RQ_COMPLETE, ctx->dev, ctx->sector, ctx->nr_sector, ctx->rwbs,
-			ctx->error);
+	if (bpf_core_type_exists(struct trace_event_raw_block_rq_completion___511)) {
+		struct trace_event_raw_block_rq_completion___511 *r = ctx;
+
+		return on_block(IOTRACE_RQ_COMPLETE, r->dev, r->sector, r->nr_sector, r->rwbs, r->error);
+	} else {
+		struct trace_event_raw_block_rq_complete___510 *r = ctx;
+
+		return on_block(IOTRACE_RQ_COMPLETE, r->dev, r->sector, r->nr_sector, r->rwbs, r->error);
+	}
 }
 
 char LICENSE[] SEC("license") = "GPL";
