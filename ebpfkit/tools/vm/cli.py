@@ -22,10 +22,11 @@ Examples:
   ebpfkit vm run -- uname -r
   ebpfkit vm run --lsm --timeout 300 -- python -m pytest tests/vm
   ebpfkit vm run -e EBPFKIT_CLANG=clang-14 --console console.log -- ebpfkit doctor
+  ebpfkit vm run --rwdir out -- python -m pytest --junitxml=out/junit.xml tests/integration
 \b
 The command's output is streamed and its exit status becomes this command's; stdin is not
 forwarded. The guest sees this machine's files read-only (writes to /tmp, /var, /etc... stay
-in the guest) and reuses this machine's ebpfkit compile cache.
+in the guest; --rwdir names directories whose writes reach this machine) and reuses this machine's ebpfkit compile cache.
 \b
 Exit status: the command's; 124 when --timeout killed the VM; 125 when the guest died
 without one (kernel panic, a frozen guest, boot failure: the console's last lines are shown).
@@ -58,9 +59,12 @@ def vm():
 @click.option("-e", "--env", "env", multiple=True, metavar="KEY=VALUE", help="Set a variable for the command.")
 @click.option("--console", "console_file", type=click.Path(dir_okay=False), metavar="FILE",
               help="Save the guest kernel's console (warnings and worse) to FILE.")
+@click.option("--rwdir", "rwdirs", multiple=True, metavar="DIR",
+              type=click.Path(exists=True, file_okay=False, resolve_path=True),
+              help="A directory of this machine the guest may write (same path inside; repeatable).")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_context
-def run(ctx, kernel, lsm, memory, cpus, timeout, accel, env, console_file, command):
+def run(ctx, kernel, lsm, memory, cpus, timeout, accel, env, console_file, rwdirs, command):
     """Run COMMAND as root inside a VM booted with another kernel; return its exit status."""
     from ...vm import VMSpec, kernels, run as run_vm
 
@@ -72,7 +76,7 @@ def run(ctx, kernel, lsm, memory, cpus, timeout, accel, env, console_file, comma
             raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--env")
         variables[key] = value
     spec = VMSpec(kernels.resolve(kernel), lsm=lsm, memory=memory, cpus=cpus, timeout=timeout,
-                  accel=accel, env=variables)
+                  accel=accel, env=variables, rwdirs=tuple(rwdirs))
     result = run_vm(list(command), spec, on_output=forward_output)
     if console_file:
         with open(console_file, "w") as f:
