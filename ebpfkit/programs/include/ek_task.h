@@ -82,4 +82,34 @@ static __always_inline __u32 ek_task_pidns(struct task_struct *t)
 	return BPF_CORE_READ(upid.ns, ns.inum);
 }
 
+/* The user registers a system call saved, for a program at its exit tracepoint (whose record
+ * has the call's number, not its arguments): what bpf_task_pt_regs() gives since 5.15, found
+ * before it as the kernel's task_pt_regs() finds them, at the top of the task's kernel stack.
+ * THREAD_SIZE is 16 KiB, 32 KiB with KASAN; the saved syscall number tells which. The pointer
+ * is untyped either way: read through it with PT_REGS_*_CORE_SYSCALL. NULL if neither. */
+static __always_inline struct pt_regs *ek_current_syscall_regs(long nr)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	struct pt_regs *regs;
+	char *stack;
+	long saved;
+
+	if (bpf_core_enum_value_exists(enum bpf_func_id, BPF_FUNC_task_pt_regs))
+		return (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+#if defined(__TARGET_ARCH_x86) || defined(__TARGET_ARCH_arm64)
+	stack = BPF_CORE_READ(task, stack);
+	for (int shift = 14; shift <= 15; shift++) {
+		regs = (struct pt_regs *)(stack + (1UL << shift)) - 1;
+#if defined(__TARGET_ARCH_x86)
+		saved = BPF_CORE_READ(regs, orig_ax);
+#else
+		saved = BPF_CORE_READ(regs, syscallno);
+#endif
+		if (saved == nr)
+			return regs;
+	}
+#endif
+	return NULL;
+}
+
 #endif /* __EK_TASK_H */

@@ -14,6 +14,7 @@
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_endian.h>
 #include "ebpfkit.h"
+#include "ek_task.h"
 #include "detect.h"
 
 #define S_IFMT 0170000
@@ -644,19 +645,35 @@ __noinline int watched_named(__u64 upath)
 	return entry ? (int)entry->id : -1;
 }
 
+/* The file the caller's fd ``fd`` is open as, or NULL. Read through probes from the current
+ * task (bpf_get_current_task_btf's typed loads need 5.11). */
+static __always_inline struct file *current_fd_file(int fd)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
+	struct file **fds;
+	struct file *f = NULL;
+
+	if (!fdt || fd < 0 || fd >= BPF_CORE_READ(fdt, max_fds))
+		return NULL;
+	fds = BPF_CORE_READ(fdt, fd);
+	if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]))
+		return NULL;
+	return f;
+}
+
 /* The (dev, ino) of the directory a *at() call's dirfd names (AT_FDCWD: the working one). */
 static __always_inline bool dir_key_at(int dirfd, struct detect_watch_key *key)
 {
-	struct task_struct *task = bpf_get_current_task_btf();
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
 	struct dentry *dir = NULL;
-	struct fdtable *fdt;
-	struct file *f = NULL;
+	struct file *f;
 
 	if (dirfd == DETECT_AT_FDCWD) {
 		dir = BPF_CORE_READ(task, fs, pwd.dentry);
 	} else {
-		fdt = task->files->fdt;
-		if (!fdt || dirfd < 0 || dirfd >= fdt->max_fds || bpf_probe_read_kernel(&f, sizeof(f), &fdt->fd[dirfd]) || !f)
+		f = current_fd_file(dirfd);
+		if (!f)
 			return false;
 		dir = BPF_CORE_READ(f, f_path.dentry);
 	}
@@ -778,19 +795,15 @@ static __always_inline void file_touched(__u32 id, __u32 call, __s32 fd, __u32 f
 }
 
 /* The watched entry of the file open as the caller's fd ``fd`` (its key into ``*key``), or of
- * its directory (``*by_dir``) where directories are watched; NULL for neither. The fd table is
- * reached by typed loads from the current task (no helper calls); the file read from it is
- * an untyped pointer, whose fields each take a probe read. */
+ * its directory (``*by_dir``) where directories are watched; NULL for neither. */
 static __always_inline struct detect_watch *watched_open_as(int fd, struct detect_watch_key *key, bool *by_dir)
 {
-	struct task_struct *task = bpf_get_current_task_btf();
-	struct fdtable *fdt = task->files->fdt;
+	struct file *f = current_fd_file(fd);
 	struct detect_watch_key parent = {};
 	struct detect_watch *entry;
-	struct file *f = NULL;
 	struct inode *inode;
 
-	if (!fdt || fd < 0 || fd >= fdt->max_fds || bpf_probe_read_kernel(&f, sizeof(f), &fdt->fd[fd]) || !f)
+	if (!f)
 		return NULL;
 	inode = BPF_CORE_READ(f, f_inode);
 	key->dev = BPF_CORE_READ(inode, i_sb, s_dev);
@@ -831,10 +844,11 @@ static __always_inline bool first_write(const struct detect_watch_key *key)
 }
 
 /* At an open's exit (where the file is known), from the arguments still in the saved user
- * registers: one program a call, no entry program and no map between them. */
+ * registers: one program a call, no entry program and no map between them. (NULL registers:
+ * a kernel whose stack does not hold them where ek_current_syscall_regs looks.) */
 static __always_inline int open_done(struct trace_event_raw_sys_exit *ctx, __u32 call)
 {
-	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+	struct pt_regs *regs = ek_current_syscall_regs(ctx->id);
 	struct detect_watch_key key = {};
 	struct detect_watch *entry;
 	bool by_dir = false;
@@ -843,17 +857,17 @@ static __always_inline int open_done(struct trace_event_raw_sys_exit *ctx, __u32
 	__u64 flags = 0;
 	int id;
 
-	if (ret < 0 && ret != -EPERM && ret != -EACCES)
+	if (!regs || (ret < 0 && ret != -EPERM && ret != -EACCES))
 		return 0;
 	if (call == FC_OPEN || call == FC_CREAT) {
-		upath = (const char *)PT_REGS_PARM1_SYSCALL(regs);
-		flags = call == FC_OPEN ? PT_REGS_PARM2_SYSCALL(regs) : O_CREAT | O_WRONLY | O_TRUNC; /* creat's */
+		upath = (const char *)PT_REGS_PARM1_CORE_SYSCALL(regs);
+		flags = call == FC_OPEN ? PT_REGS_PARM2_CORE_SYSCALL(regs) : O_CREAT | O_WRONLY | O_TRUNC; /* creat's */
 	} else {
-		upath = (const char *)PT_REGS_PARM2_SYSCALL(regs);
+		upath = (const char *)PT_REGS_PARM2_CORE_SYSCALL(regs);
 		if (call == FC_OPENAT)
-			flags = PT_REGS_PARM3_SYSCALL(regs);
+			flags = PT_REGS_PARM3_CORE_SYSCALL(regs);
 		else /* openat2: struct open_how's first field */
-			bpf_probe_read_user(&flags, sizeof(flags), (void *)PT_REGS_PARM3_SYSCALL(regs));
+			bpf_probe_read_user(&flags, sizeof(flags), (void *)PT_REGS_PARM3_CORE_SYSCALL(regs));
 	}
 	if (!(flags & O_ACCMODE) && !(flags & O_TRUNC))
 		return 0; /* it cannot change the file */
