@@ -295,6 +295,10 @@ static __always_inline int dropped(const struct sk_buff *skb, __u32 reason, bool
 	return 0;
 }
 
+/* The kernel's enum skb_drop_reason, which came with kfree_skb's reason argument (5.17):
+ * declared here since a 5.10 kernel's vmlinux.h has none. */
+enum skb_drop_reason___ek { SKB_DROP_REASON___ek };
+
 /* Each hook twice: tp_btf where the kernel has BTF of its own, raw tracepoints elsewhere. */
 #define PINGTRACE_HOOKS(kind, suffix, typed)                                                      \
 	SEC(#kind "/net_dev_queue")                                                               \
@@ -340,9 +344,11 @@ static __always_inline int dropped(const struct sk_buff *skb, __u32 reason, bool
 		return waking(EK_FIELD(typed, t, pid));                                           \
 	}                                                                                         \
 	SEC(#kind "/kfree_skb")                                                                   \
-	int BPF_PROG(pt_drop##suffix, struct sk_buff *skb, void *location, int reason)            \
+	int pt_drop##suffix(unsigned long long *ctx)                                              \
 	{                                                                                         \
-		return dropped(skb, reason, typed);                                               \
+		/* (skb, location, reason): the reason since 5.17, with its enum */               \
+		int reason = bpf_core_type_exists(enum skb_drop_reason___ek) ? (int)ctx[2] : 0;   \
+		return dropped((const struct sk_buff *)ctx[0], reason, typed);                    \
 	}
 
 PINGTRACE_HOOKS(tp_btf, , true)

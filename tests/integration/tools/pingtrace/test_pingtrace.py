@@ -45,10 +45,45 @@ struct eth { __u8 dst[6], src[6]; __be16 proto; };
 struct ip4 { __u8 version_ihl, tos; __be16 len, id, frag; __u8 ttl, protocol; __u16 check; __be32 saddr, daddr; };
 struct icmp { __u8 type, code; __u16 check; };
 
+#ifdef HOP_BPF_LOOP
 static long until_done(__u32 i, void *until)
 {
 	return bpf_ktime_get_ns() >= *(__u64 *)until;
 }
+#else
+/* Before bpf_loop (5.17): a bounded loop per program, chained by tail calls (33 at most). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} spin_until SEC(".maps");
+
+SEC("tc")
+int spin(struct __sk_buff *skb);
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__array(values, int (struct __sk_buff *));
+} spin_again SEC(".maps") = {.values = {[0] = (void *)&spin}};
+
+SEC("tc")
+int spin(struct __sk_buff *skb)
+{
+	__u32 zero = 0;
+	__u64 *until = bpf_map_lookup_elem(&spin_until, &zero);
+
+	if (!until)
+		return 0;
+	for (int i = 0; i < 20000; i++)
+		if (bpf_ktime_get_ns() >= *until)
+			return 0;
+	bpf_tail_call(skb, &spin_again, 0);
+	return 0;
+}
+#endif
 
 SEC("tc")
 int hop(struct __sk_buff *skb)
@@ -65,7 +100,13 @@ int hop(struct __sk_buff *skb)
 	if (drop)
 		return 2; /* TC_ACT_SHOT */
 	until = bpf_ktime_get_ns() + spin_ns;
+#ifdef HOP_BPF_LOOP
 	bpf_loop(1 << 23, until_done, &until, 0);
+#else
+	__u32 zero = 0;
+	bpf_map_update_elem(&spin_until, &zero, &until, 0);
+	bpf_tail_call(skb, &spin_again, 0);
+#endif
 	return 0;
 }
 
@@ -170,8 +211,11 @@ def hop(peer_netns, veth_pair, tmp_path):
     when the test ends. Returns the loaded object."""
     from ebpfkit.engine import compile as compile_bpf
 
+    from ebpfkit.engine import features
+
     source = tmp_path / "hop.bpf.c"
-    source.write_text(HOP_PROGRAM)
+    # the spin in one bpf_loop where the kernel has it, else in tail calls (33 at most)
+    source.write_text(("#define HOP_BPF_LOOP\n" if features.probe("bpf_loop").supported else "") + HOP_PROGRAM)
     objects = []
 
     def attach(**rodata):
