@@ -80,8 +80,10 @@ def same_config_error(capsys, config_class, settings: dict, cli_args, option: st
 
 def signalled_run_leaves_nothing(args, sig, timeout: float = 60.0) -> None:
     """`ebpfkit ARGS` (a running tool, e.g. `hardirqs 1`) killed by ``sig`` once its banner
-    is out: it held BPF links while running, and none of its programs, links or maps is
-    left in the kernel after it is gone (SIGKILL too: its bpf_links die with its fds)."""
+    is out: it held BPF programs while running, and none of its programs, links or maps is
+    left in the kernel after it is gone (SIGKILL too: its bpf_links die with its fds; before
+    perf links (5.15) and tcx (6.6) a perf event or a clsact filter holds the program, and
+    the event's fd or the tool's reaper goes with it)."""
     import os
     import signal
     import subprocess
@@ -99,7 +101,7 @@ def signalled_run_leaves_nothing(args, sig, timeout: float = 60.0) -> None:
             if "Hit Ctrl-C" in line:
                 break
         held = bpf_objects_held_by(proc.pid)
-        assert any(kind == "link" for kind, _ in held), f"nothing attached: {held} {banner}"
+        assert any(kind == "prog" for kind, _ in held), f"nothing loaded: {held} {banner}"
         proc.send_signal(sig)
         rc = proc.wait(timeout=timeout)
         assert rc in (0, -sig, 128 + sig), (rc, proc.stderr.read())
@@ -526,3 +528,16 @@ def bcc_dialect_through_ebpfkit(monkeypatch, session_class) -> None:
     load = session_class._load_bcc.__func__
     monkeypatch.setattr(session_class, "_load_bcc",
                         classmethod(lambda cls, config, engine="bcc": load(cls, config, engine="ebpfkit")))
+
+
+def tc_pinnable() -> bool:
+    """Whether a tc program can outlive its command here (tcx links, 6.6+), as the probe says."""
+    from ebpfkit.engine import features
+
+    return features.probe("tc").value == "tcx"
+
+
+def refused_for_tcx(done) -> bool:
+    """A tc attach on a kernel without tcx: exit 3 naming tcx and the foreground run instead."""
+    return done.returncode == 3 and "tcx" in done.stderr and " run` runs it in the foreground" in done.stderr \
+        and "Traceback" not in done.stderr

@@ -25,6 +25,19 @@ class AlreadyAttachedError(EbpfkitError):
     exit_code = 1
 
 
+def require_pinnable(command: str) -> None:
+    """A program that outlives its command is held by pins: tcx links (6.6+) can be pinned, the
+    clsact filters tc programs are attached as before cannot (exit 3, naming ``command``'s
+    foreground `run`, which works there)."""
+    from ...engine import features
+    from ...errors import NotSupportedError
+
+    if features.probe("tc").value != "tcx":
+        raise NotSupportedError("tcx", "a tc program that outlives its command needs tcx links (6.6+), "
+                                "which can be pinned: this kernel attaches tc programs as clsact filters",
+                                hint=f"`ebpfkit tc {command} run` runs it in the foreground here")
+
+
 def node_label(netns: str | None) -> str:
     return f"namespace '{netns}'" if netns else "this namespace"
 

@@ -137,12 +137,10 @@ class RateLimitSession(_Paced):
         from .endpoints import device_index
 
         features.require("tc")
-        if persistent and features.probe("tc").value != "tcx":
-            raise NotSupportedError("tcx", "a tc program that outlives its command needs tcx links (6.6+), "
-                                    "which can be pinned: this kernel attaches tc programs as clsact filters",
-                                    hint="`ebpfkit tc ratelimit run` runs it in the foreground here")
         self.config, self.netns, self.persistent = config, config.netns, persistent
         self.ifindex = device_index(config.device, config.netns, field="device")
+        if persistent:  # after the device is found: a usage error is named first
+            pins.require_pinnable("ratelimit")
         self._keys = [(rule, key) for rule in config.rules for key in self._rule_keys(rule)]
         self._link = self._obj = self._reaper_key = self._pins = None
         self._pins = pins.fresh_pin_set(config.netns, config.device) if persistent else None

@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from ...errors import NotSupportedError
 from ..config import ToolConfig
 from ..session import ToolSession
 from . import pins
@@ -127,14 +126,12 @@ class RedirectSession(_Redirect):
 
         for feature in ("tc", "redirect_peer", "redirect_neigh"):
             features.require(feature)
-        if persistent and features.probe("tc").value != "tcx":
-            raise NotSupportedError("tcx", "a tc program that outlives its command needs tcx links (6.6+), "
-                                    "which can be pinned: this kernel attaches tc programs as clsact filters",
-                                    hint="`ebpfkit tc redirect run` runs it in the foreground here")
         self.config, self.netns, self.endpoints, self.steering = config, config.netns, {}, {}
         self._links: dict[int, object] = {}  # node ifindex -> its link
         uplinks = [device_index(name, config.netns) for name in config.uplinks]
         resolved = [resolve(ns, dev, config.netns) for ns, dev in config.endpoints]
+        if persistent:  # after the input is checked: a usage error is named first
+            pins.require_pinnable("redirect")
         self._pins = pins.fresh_pin_set(config.netns) if persistent else None
         self._obj = None
         try:

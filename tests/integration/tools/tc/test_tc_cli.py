@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from helpers import signalled_run_leaves_nothing
+from helpers import refused_for_tcx, signalled_run_leaves_nothing, tc_pinnable
 
 pytestmark = [
     pytest.mark.integration,
@@ -43,6 +43,10 @@ def test_attach_endpoints_stats_status_detach(lab):
     node = lab.node.name
     done = ek("redirect", "attach", "--netns", node, "-e", f"{pod1.netns}:eth0", "-u", lab.remote.node_device,
               fmt="json")
+    if not tc_pinnable():
+        assert refused_for_tcx(done), done.stderr
+        assert not os.path.exists(pins.pin_set(node).path)
+        return
     assert done.returncode == 0, done.stderr
     path = pins.pin_set(node).path
     assert json.loads(done.stdout)["pinned_at"] == path
@@ -96,6 +100,9 @@ def test_bad_input_is_named_and_exits_2_or_1(lab):
         done = ek(*args)
         assert done.returncode == code and message in done.stderr and "Traceback" not in done.stderr, \
             (args, done.returncode, done.stderr)
+    if not tc_pinnable():
+        assert refused_for_tcx(ek("redirect", "attach", "--netns", node, "-e", f"{pod1.netns}:eth0"))
+        return
     assert ek("redirect", "attach", "--netns", node, "-e", f"{pod1.netns}:eth0").returncode == 0
     twice = ek("redirect", "attach", "--netns", node, "-e", f"{pod1.netns}:eth0")
     assert twice.returncode == 1 and "already attached" in twice.stderr, twice.stderr

@@ -88,6 +88,8 @@ def test_the_steer_commands_on_an_attached_redirect(lab):
     import subprocess
     import sys
 
+    from helpers import refused_for_tcx, tc_pinnable
+
     pod1, pod2 = lab.pods
     node = lab.node.name
     lab.add_address(pod2.netns, f"{DNS}/32")
@@ -100,7 +102,11 @@ def test_the_steer_commands_on_an_attached_redirect(lab):
     try:
         done = ek("redirect", "attach", "--netns", node, "-e", f"{pod1.netns}:eth0", "-s", "tcp:53=ekno0")
         assert done.returncode == 2 and "no device 'ekno0'" in done.stderr, done.stderr
-        assert ek("redirect", "attach", "--netns", node, "-e", f"{pod1.netns}:eth0").returncode == 0
+        done = ek("redirect", "attach", "--netns", node, "-e", f"{pod1.netns}:eth0")
+        if not tc_pinnable():  # the steer commands act on an attached (pinned) redirect
+            assert refused_for_tcx(done), done.stderr
+            return
+        assert done.returncode == 0, done.stderr
         assert lab.ask_udp(pod1, DNS, 53) == b"remote"
         assert ek("steer", "add", "--netns", node, f"udp:53={pod2.netns}:eth0").returncode == 0
         assert lab.ask_udp(pod1, DNS, 53) == b"node-local cache"
