@@ -123,6 +123,18 @@ def workload(files, cgroup=None):
             w.proc.wait()
 
 
+@pytest.fixture(autouse=True)
+def kernel_has_bpf_loop(request):
+    """iofsstat walks a file's path with bpf_loop (5.17): on a kernel without it each test of what
+    it counts is skipped, naming why, and test_without_bpf_loop_it_exits_3_naming_it runs instead."""
+    if request.node.name.startswith("test_without_bpf_loop"):
+        return
+    probe = features.probe("bpf_loop")
+    if not probe.supported:
+        pytest.skip(f"iofsstat needs bpf_loop (5.17), which this kernel lacks ({probe.reason}): "
+                    "test_without_bpf_loop_it_exits_3_naming_it checks what it says instead")
+
+
 @pytest.fixture
 def tool(iofsstat_run):
     """tool(*ARGS, fmt=, log=): a context manager running iofsstat ARGS at 0.3 s intervals."""
@@ -368,3 +380,15 @@ def test_a_session_in_this_process_sees_its_own_file_io(tmp_path):
     assert sum(r["write_bytes"] for r in mine) == chunks * size
     assert sum(r["read_bytes"] for r in mine) >= size
     assert interval.seconds > 0
+
+
+def test_without_bpf_loop_it_exits_3_naming_it():
+    """Where the kernel has bpf_loop, iofsstat runs (its other tests count what it sees); where it
+    has not, the command ends with exit 3 naming the helper and the kernel that brought it."""
+    proc = subprocess.run([sys.executable, "-m", "ebpfkit", "iofsstat", "0.2", "1"],
+                          capture_output=True, text=True, timeout=120)
+    if features.probe("bpf_loop").supported:
+        assert proc.returncode == 0, proc.stderr
+    else:
+        assert proc.returncode == 3, proc.stderr
+        assert "bpf_loop" in proc.stderr and "5.17" in proc.stderr and "Traceback" not in proc.stderr
