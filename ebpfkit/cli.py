@@ -43,7 +43,8 @@ class LazyGroup(click.Group):
 @click.group(cls=LazyGroup, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="ebpfkit")
 @click.option("--btf", type=click.Path(), metavar="FILE",
-              help="This kernel's BTF from a file (BTFHub's <release>.btf, or a vmlinux with .BTF) for "
+              help="This kernel's BTF from a file (BTFHub's <release>.btf, a vmlinux with .BTF, or a debug "
+                   "package's vmlinux with DWARF, which pahole encodes once) for "
                    "kernels that expose none; same as EBPFKIT_BTF. Serves CO-RE compiles and relocation; "
                    "tp_btf/fentry/fexit/LSM hooks still need the kernel's own BTF.")
 @global_options
@@ -53,12 +54,13 @@ def cli(btf):
     Programs are compiled at run time against this kernel's BTF (cached), loaded
     through libbpf, and detached when a tool ends.
     """
-    from .engine.btf import BTF_ENV, check_btf_file
+    from .engine.btf import BTF_ENV, usable_btf_file
 
     if btf:
         os.environ[BTF_ENV] = os.path.abspath(btf)  # the engine reads it where it needs BTF
     if os.environ.get(BTF_ENV):
-        check_btf_file(os.environ[BTF_ENV])  # a bad file is a usage error before any tool runs
+        # a bad file is a usage error before any tool runs; a DWARF vmlinux becomes BTF here, once
+        os.environ[BTF_ENV] = usable_btf_file(os.environ[BTF_ENV])
 
 
 def _sigterm_as_ctrl_c(signum, frame):

@@ -36,12 +36,12 @@ def compile(path: str | os.PathLike | None = None, *, text: str | bytes | None =
 def open_object(path: str | os.PathLike, name: str | None = None, btf: str | None = None):
     """Open an already compiled object file (.o) as an ``ObjectSpec``; CO-RE relocates it
     against ``btf``, else $EBPFKIT_BTF (--btf), else the running kernel's BTF."""
-    from .btf import check_btf_file, user_btf_path
+    from .btf import usable_btf_file, user_btf_path
     from .object import ObjectSpec
 
     btf = btf or user_btf_path()
     if btf:
-        check_btf_file(btf)
+        btf = usable_btf_file(btf)
     return ObjectSpec(path, name=name, btf_path=btf)
 
 

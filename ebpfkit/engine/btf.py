@@ -180,7 +180,7 @@ def find_kernel_btf(path: str | None = None, for_compiling: bool = True) -> Kern
     chosen = path or user_btf_path()
     custom = bool(chosen)
     if custom:
-        check_btf_file(chosen)
+        chosen = usable_btf_file(chosen)
     elif not kernel_btf_exposed():  # CO-RE relocation needs it, whatever compiles
         raise NotSupportedError(
             "btf", f"this kernel exposes no BTF ({KERNEL_BTF} is missing or empty) and no --btf FILE was given",
@@ -224,39 +224,78 @@ def check_btf_file(path: str) -> None:
     if compressed:
         raise BTFFileError(f"{path} is {compressed}-compressed, not BTF",
                            hint="BTFHub ships <release>.btf.tar.xz: extract it (tar xf FILE) and pass the .btf")
-    if not head.startswith(_BTF_MAGIC) and not (head.startswith(_ELF_MAGIC) and _elf_has_btf(path)):
-        raise BTFFileError(f"{path} is not a BTF file (neither raw BTF, magic 0xeb9f, nor an ELF "
-                           "vmlinux with a .BTF section)", hint=BTF_SOURCES_HINT)
+    sections = _elf_sections(path) if head.startswith(_ELF_MAGIC) else set()
     release, running = _release_of(path, head), os.uname().release
+    # DWARF serves only from a kernel's own vmlinux (its banner says so): any other program's
+    # would give pahole's BTF of that program
+    if not head.startswith(_BTF_MAGIC) and ".BTF" not in sections and \
+            not (".debug_info" in sections and release):
+        raise BTFFileError(f"{path} is not a BTF file (neither raw BTF, magic 0xeb9f, nor an ELF "
+                           "vmlinux with a .BTF section or with DWARF)", hint=BTF_SOURCES_HINT)
     if release and release != running:
         raise BTFFileError(f"{path} describes kernel {release}, but this kernel is {running}: "
                            "CO-RE would relocate against the wrong types",
                            hint="use the BTF of this kernel release")
 
 
-def _elf_has_btf(path: str) -> bool:
-    """Whether the 64-bit little-endian ELF file ``path`` has a .BTF section (its section
-    headers and their names only)."""
+def usable_btf_file(path: str) -> str:
+    """``path`` checked (check_btf_file); for a vmlinux with DWARF and no .BTF section (a
+    distribution's debug package: linux-image-*-dbg, kernel-debuginfo) the BTF pahole encodes
+    from it, once, kept in the cache by the file's identity (a minute or two for a kernel)."""
+    import shutil
+    import subprocess
+
+    check_btf_file(path)
+    with open(path, "rb") as f:
+        if not f.read(4).startswith(_ELF_MAGIC) or ".BTF" in _elf_sections(path):
+            return path
+    key = cache.digest(os.path.realpath(path), cache.stat_key(path))
+    target = os.path.join(cache.subdir("btf"), f"dwarf-{key}.btf")
+    if os.path.exists(target):
+        return target
+    pahole = shutil.which("pahole")
+    if not pahole:
+        raise BTFFileError(f"{path} has DWARF but no .BTF section, and pahole, which encodes BTF from "
+                           "DWARF, is not installed", hint="install it (Debian/Ubuntu: apt install dwarves; "
+                           "Fedora/RHEL: dnf install dwarves) and run the command again")
+    log.info("encoding BTF from the DWARF of %s with pahole (once; cached)", path)
+    partial = f"{target}.{os.getpid()}.tmp"
+    try:
+        done = subprocess.run([pahole, f"--btf_encode_detached={partial}", path], capture_output=True, text=True)
+        if done.returncode != 0 or not os.path.exists(partial):
+            raise BTFFileError(f"pahole could not encode BTF from {path}: "
+                               f"{(done.stderr or done.stdout).strip()[-300:] or f'exit {done.returncode}'}",
+                               hint="pahole >= 1.22 is needed (--btf_encode_detached)")
+        os.replace(partial, target)
+    finally:
+        if os.path.exists(partial):
+            os.unlink(partial)
+    return target
+
+
+def _elf_sections(path: str) -> set[str]:
+    """The section names of the 64-bit little-endian ELF file ``path`` (its section headers
+    and their names only)."""
     import struct
 
     with open(path, "rb") as f:
         ident = f.read(64)
         if len(ident) < 64 or ident[4] != 2 or ident[5] != 1:  # ELFCLASS64, ELFDATA2LSB
-            return False
+            return set()
         shoff, = struct.unpack_from("<Q", ident, 0x28)
         shentsize, shnum, shstrndx = struct.unpack_from("<HHH", ident, 0x3A)
         f.seek(shoff)
         headers = f.read(shentsize * shnum)
         if shstrndx >= shnum or len(headers) < shentsize * shnum:
-            return False
+            return set()
         names_at, names_size = struct.unpack_from("<QQ", headers, shstrndx * shentsize + 0x18)
         f.seek(names_at)
         names = f.read(names_size)
+    found = set()
     for i in range(shnum):
         name_at, = struct.unpack_from("<I", headers, i * shentsize)
-        if names[name_at:names.find(b"\0", name_at)] == b".BTF":
-            return True
-    return False
+        found.add(names[name_at:names.find(b"\0", name_at)].decode(errors="replace"))
+    return found
 
 
 def _release_of(path: str, head: bytes) -> str | None:

@@ -74,3 +74,43 @@ def test_vmlinux_elf_is_judged_by_its_btf_section_and_banner(tmp_path):
             check_btf_file(str(elf))
         else:
             assert_usage_error(ebpfkit("--btf", str(elf)), f"{elf} describes kernel {release}")
+
+
+DWARF_SOURCE = "struct ek_dwarf_probe { int first; long second; } ek_dwarf_probe_instance;\n"
+
+
+def test_a_vmlinux_with_dwarf_and_no_btf_is_encoded_by_pahole_once(tmp_path, monkeypatch):
+    """A debug package's vmlinux (DWARF, no .BTF): pahole encodes its BTF into the cache, and
+    the next use takes the cached file; without pahole, a usage error says what to install.
+    (A small DWARF object stands in for the kernel's: the same sections, a known type.)"""
+    from ebpfkit.engine import _libbpf as L
+    from ebpfkit.engine.btf import usable_btf_file
+    from ebpfkit.errors import BTFFileError
+
+    monkeypatch.setenv("EBPFKIT_CACHE_DIR", str(tmp_path / "cache"))
+    source, obj, banner, elf = tmp_path / "probe.c", tmp_path / "probe.o", tmp_path / "banner", tmp_path / "vmlinux"
+    source.write_text(DWARF_SOURCE)
+    subprocess.run(["clang", "-g", "-c", "-o", str(obj), str(source)], check=True)
+    banner.write_bytes(f"Linux version {os.uname().release} (builder@host) #1 SMP\n".encode())
+    subprocess.run(["objcopy", "--add-section", f".banner={banner}", str(obj), str(elf)], check=True)
+    assert_usage_error(ebpfkit("--btf", str(obj)), "is not a BTF file")  # DWARF, but no kernel's
+
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))  # no pahole
+    try:
+        usable_btf_file(str(elf))
+        raise AssertionError("no error without pahole")
+    except BTFFileError as error:
+        assert "has DWARF but no .BTF" in str(error) and "dwarves" in error.hint
+    monkeypatch.undo()
+    monkeypatch.setenv("EBPFKIT_CACHE_DIR", str(tmp_path / "cache"))
+
+    encoded = usable_btf_file(str(elf))
+    assert encoded != str(elf) and encoded.startswith(str(tmp_path / "cache"))
+    btf = L.lib.btf__parse(os.fsencode(encoded), None)
+    assert btf, "pahole's output is not BTF libbpf reads"
+    try:
+        assert L.lib.btf__find_by_name(btf, b"ek_dwarf_probe") > 0
+    finally:
+        L.lib.btf__free(btf)
+    stamp = os.stat(encoded).st_mtime_ns
+    assert usable_btf_file(str(elf)) == encoded and os.stat(encoded).st_mtime_ns == stamp  # cached
