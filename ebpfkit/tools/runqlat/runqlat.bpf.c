@@ -27,6 +27,10 @@ const volatile __u64 targ_cgroup_id = 0; /* 0: every cgroup; else only tasks in 
 struct last_run {
 	__u64 run_delay;
 	__u64 pcount;
+	/* The rq clock of its last arrival if it had not waited (0 if it had): kernels before
+	 * 5.14 count such an arrival (pcount, last_arrival), later ones do not. Its last_arrival
+	 * at the next switch-in tells which, and so what pcount is in step with. */
+	__u64 unqueued_arrival;
 };
 
 EK_TASK_LOCAL(last_runs, struct last_run, 10240);
@@ -53,6 +57,17 @@ static __always_inline __u64 hist_key(struct task_struct *t, bool typed)
 	return 0;
 }
 
+/* Whether ``t`` got a CPU only when this program saw it since ``last`` was noted: its
+ * run_delay then is where its current wait started from. */
+static __always_inline bool in_step(struct task_struct *t, struct last_run *last, bool typed)
+{
+	__u64 expected = last->pcount;
+
+	if (last->unqueued_arrival && EK_TASK_FIELD(typed, t, sched_info.last_arrival) == last->unqueued_arrival)
+		expected++; /* this kernel counted the arrival without a wait */
+	return EK_TASK_FIELD(typed, t, sched_info.pcount) == expected;
+}
+
 static __always_inline int switched(struct task_struct *next, bool typed)
 {
 	struct last_run *last;
@@ -61,8 +76,16 @@ static __always_inline int switched(struct task_struct *next, bool typed)
 	if (!EK_TASK_FIELD(typed, next, pid) || (targ_tgid && targ_tgid != EK_TASK_FIELD(typed, next, tgid)))
 		return 0;
 	queued = EK_TASK_FIELD(typed, next, sched_info.last_queued);
-	if (!queued)
-		return 0; /* it did not wait: the kernel counts nothing either */
+	if (!queued) {
+		/* it did not wait: nothing to count, but keep a task already seen in step (a task
+		 * preempted while it set a sleeping state, then woken still queued) */
+		last = last_runs_of(next, false, typed);
+		if (last && in_step(next, last, typed)) {
+			last->pcount = EK_TASK_FIELD(typed, next, sched_info.pcount);
+			last->unqueued_arrival = ek_run_queue_clock(next, typed);
+		}
+		return 0;
+	}
 	if (targ_cgroup_id && !ek_task_under_cgroup(next, targ_cgroup_id))
 		return 0;
 	in_queue = ek_run_queue_clock(next, typed) - queued;
@@ -70,12 +93,11 @@ static __always_inline int switched(struct task_struct *next, bool typed)
 	delta = in_queue; /* all that is known the first time it is seen */
 	last = last_runs_of(next, true, typed);
 	if (last) {
-		__u64 pcount = EK_TASK_FIELD(typed, next, sched_info.pcount);
-
-		if (last->pcount == pcount)
+		if (in_step(next, last, typed))
 			delta = run_delay - last->run_delay;
 		last->run_delay = run_delay;
-		last->pcount = pcount + 1; /* once arrived */
+		last->pcount = EK_TASK_FIELD(typed, next, sched_info.pcount) + 1; /* once arrived */
+		last->unqueued_arrival = 0;
 	}
 	if ((__s64)delta < 0)
 		return 0;
