@@ -541,3 +541,32 @@ def refused_for_tcx(done) -> bool:
     """A tc attach on a kernel without tcx: exit 3 naming tcx and the foreground run instead."""
     return done.returncode == 3 and "tcx" in done.stderr and " run` runs it in the foreground" in done.stderr \
         and "Traceback" not in done.stderr
+
+
+def cgroup_programs(path) -> list[dict]:
+    """The programs attached to cgroup ``path`` ({"id", "attach_type", "name"} each, as `bpftool
+    -j cgroup show` lists them), by BPF_PROG_QUERY of every attach type; the types this kernel
+    does not know, or that are not a cgroup's, are refused and skipped. Not bpftool: a VM guest
+    runs the host's, and bpftool 7.1 lists nothing on a kernel that refuses the query for an
+    attach type newer than itself, as 5.10 does."""
+    import ctypes
+    import os
+
+    from ebpfkit.engine import _libbpf as L
+    from ebpfkit.engine import inventory
+    from ebpfkit.engine.constants import AttachType
+
+    found = []
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for attach_type in AttachType:
+            ids, count, flags = (ctypes.c_uint32 * 64)(), ctypes.c_uint32(64), ctypes.c_uint32()
+            if L.lib.bpf_prog_query(fd, int(attach_type), 0, ctypes.byref(flags), ids, ctypes.byref(count)):
+                continue
+            for prog_id in ids[:count.value]:
+                info = inventory.program(prog_id)
+                found.append({"id": prog_id, "attach_type": attach_type.name.lower(),
+                              "name": info.name if info else None})
+    finally:
+        os.close(fd)
+    return found

@@ -296,6 +296,10 @@ def _leak_traced_in_process(program, monkeypatch, uprobe_multi: bool) -> tuple[d
                     kinds.setdefault(ours[link.prog_id], []).append(link.type.name)
                     if link.places is not None:  # the kernel's count of a multi link's uprobes
                         kinds.setdefault("places", []).append(link.places)
+            if not kinds:  # no perf_event bpf_link (5.15): each uprobe is a perf event fd of ours
+                for prog_id in _perf_event_programs():
+                    if prog_id in ours:
+                        kinds.setdefault(ours[prog_id], []).append("PERF_EVENT")
             if uprobe_multi:
                 assert sum(kinds.pop("places")) == len(session.plan.probes), kinds
             go(program)
@@ -304,6 +308,28 @@ def _leak_traced_in_process(program, monkeypatch, uprobe_multi: bool) -> tuple[d
     finally:
         program.kill()
         program.wait()
+
+
+def _perf_event_programs() -> list[int]:
+    """The program of each perf event fd this process holds (BPF_TASK_FD_QUERY, as `bpftool
+    perf` lists them): where the kernel has no perf_event bpf_link, what attaches a uprobe."""
+    import ctypes
+
+    from ebpfkit.engine import _libbpf as L
+
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") != "anon_inode:[perf_event]":
+                continue
+        except OSError:
+            continue
+        buf, length = ctypes.create_string_buffer(256), ctypes.c_uint32(256)
+        prog_id, fd_type, offset, addr = ctypes.c_uint32(), ctypes.c_uint32(), ctypes.c_uint64(), ctypes.c_uint64()
+        if L.lib.bpf_task_fd_query(os.getpid(), int(fd), 0, buf, ctypes.byref(length), ctypes.byref(prog_id),
+                                   ctypes.byref(fd_type), ctypes.byref(offset), ctypes.byref(addr)) == 0:
+            found.append(prog_id.value)
+    return found
 
 
 def test_one_uprobe_multi_link_per_program_and_file_where_the_kernel_has_them(programs, monkeypatch):

@@ -8,9 +8,7 @@ number of bytes each way and reports how many arrived intact."""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 
 import pytest
 
@@ -25,8 +23,9 @@ pytestmark = [
 ]
 
 def attached_programs(path: str) -> list[str]:
-    out = subprocess.run(["bpftool", "-j", "cgroup", "show", path], capture_output=True, text=True)
-    return [p["name"] for p in json.loads(out.stdout.strip() or "[]")]
+    from helpers import cgroup_programs
+
+    return [p["name"] for p in cgroup_programs(path)]
 
 
 def test_session_counts_the_bytes_a_process_in_the_cgroup_sent(child_cgroup):
