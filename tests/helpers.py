@@ -570,3 +570,16 @@ def cgroup_programs(path) -> list[dict]:
     finally:
         os.close(fd)
     return found
+
+
+_READ_SYSCALL = {"x86_64": "0", "aarch64": "63"}
+
+
+def blocked_reading_stdin(pid: int) -> bool:
+    """Whether process ``pid`` is blocked in read(0, ...): /proc/PID/syscall's number and fd."""
+    try:
+        with open(f"/proc/{pid}/syscall") as f:
+            fields = f.read().split()
+    except OSError:
+        return False
+    return len(fields) > 1 and fields[0] == _READ_SYSCALL.get(os.uname().machine) and fields[1] == "0x0"

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from helpers import (RunningTool, bpf_objects_held_by, ek, pinned_python, reap, schedstat_fields, spinner_code,
-                     still_in_kernel, wait_moved_between_cpus)
+from helpers import (RunningTool, blocked_reading_stdin, bpf_objects_held_by, ek, pinned_python, reap,
+                     schedstat_fields, spinner_code, still_in_kernel, wait_for, wait_moved_between_cpus)
 
 pytestmark = [
     pytest.mark.integration,
@@ -55,7 +55,9 @@ def run_workload(started=None) -> tuple[dict[str, int], dict[int, Waited]]:
         for proc in procs.values():
             stack.callback(reap, proc)
         pids = {role: p.pid for role, p in procs.items()}
-        time.sleep(0.5)  # each interpreter started and blocked in its read()
+        # each interpreter started and blocked in its read() (a slow machine's start-up waits
+        # would otherwise fall between the tool's start and the schedstat baseline)
+        assert wait_for(lambda: all(blocked_reading_stdin(pid) for pid in pids.values()), 60)
         if started:
             stack.enter_context(started(pids))
         before = {p.pid: schedstat_fields(p.pid) for p in procs.values()}
