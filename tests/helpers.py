@@ -545,30 +545,14 @@ def refused_for_tcx(done) -> bool:
 
 def cgroup_programs(path) -> list[dict]:
     """The programs attached to cgroup ``path`` ({"id", "attach_type", "name"} each, as `bpftool
-    -j cgroup show` lists them), by BPF_PROG_QUERY of every attach type; the types this kernel
-    does not know, or that are not a cgroup's, are refused and skipped. Not bpftool: a VM guest
-    runs the host's, and bpftool 7.1 lists nothing on a kernel that refuses the query for an
-    attach type newer than itself, as 5.10 does."""
-    import ctypes
-    import os
-
-    from ebpfkit.engine import _libbpf as L
+    -j cgroup show` lists them), asked of the kernel: a VM guest runs the host's bpftool, which
+    lists nothing on 5.10 (see inventory.cgroup_programs)."""
     from ebpfkit.engine import inventory
-    from ebpfkit.engine.constants import AttachType
 
     found = []
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        for attach_type in AttachType:
-            ids, count, flags = (ctypes.c_uint32 * 64)(), ctypes.c_uint32(64), ctypes.c_uint32()
-            if L.lib.bpf_prog_query(fd, int(attach_type), 0, ctypes.byref(flags), ids, ctypes.byref(count)):
-                continue
-            for prog_id in ids[:count.value]:
-                info = inventory.program(prog_id)
-                found.append({"id": prog_id, "attach_type": attach_type.name.lower(),
-                              "name": info.name if info else None})
-    finally:
-        os.close(fd)
+    for prog_id, attach_type in inventory.cgroup_programs(str(path)):
+        info = inventory.program(prog_id)
+        found.append({"id": prog_id, "attach_type": attach_type.name.lower(), "name": info.name if info else None})
     return found
 
 

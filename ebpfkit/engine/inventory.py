@@ -252,3 +252,32 @@ def held_by(pid: int | str) -> dict[str, list[int]]:
         except (OSError, KeyError, ValueError):
             continue  # closed meanwhile
     return held
+
+
+def cgroup_programs(path: str) -> list[tuple[int, AttachType]]:
+    """The (program id, attach type) of every program attached to cgroup v2 directory ``path``,
+    by BPF_PROG_QUERY of each attach type (bpftool's `cgroup show`, without giving up on a
+    kernel that refuses the query for a type newer than itself, as 5.10 does)."""
+    found = []
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for attach_type in AttachType:
+            ids, count, flags = (ctypes.c_uint32 * 64)(), ctypes.c_uint32(64), ctypes.c_uint32()
+            if L.lib.bpf_prog_query(fd, int(attach_type), 0, ctypes.byref(flags), ids, ctypes.byref(count)):
+                continue  # not a type this kernel knows, or not a cgroup's
+            found += [(prog_id, attach_type) for prog_id in ids[:count.value]]
+    finally:
+        os.close(fd)
+    return found
+
+
+def perf_event_program(pid: int, fd: int) -> int | None:
+    """The id of the program attached to perf event fd ``fd`` of process ``pid``
+    (BPF_TASK_FD_QUERY, as `bpftool perf` lists them): before perf links (5.15) a kprobe's,
+    uprobe's or perf event's program has no link, only this. None if it has none."""
+    buf, length = ctypes.create_string_buffer(256), ctypes.c_uint32(256)
+    prog_id, fd_type, offset, addr = ctypes.c_uint32(), ctypes.c_uint32(), ctypes.c_uint64(), ctypes.c_uint64()
+    if L.lib.bpf_task_fd_query(pid, fd, 0, buf, ctypes.byref(length), ctypes.byref(prog_id), ctypes.byref(fd_type),
+                               ctypes.byref(offset), ctypes.byref(addr)):
+        return None
+    return prog_id.value

@@ -229,7 +229,7 @@ TESTS = ROOT / "tests"
 # areas of the project outside the Python package, each a top-level directory tested under
 # tests/<kind>/<its name>/: deploy/ holds the Kubernetes manifests and the Containerfile (whose
 # steps are scripts/image.sh's), examples/ the notebooks
-PROJECT_AREAS = {"deploy", "examples"}
+PROJECT_AREAS = {"deploy", "examples", "scripts"}
 
 
 def test_tests_mirror_the_packages():

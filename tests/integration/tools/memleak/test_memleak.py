@@ -311,11 +311,9 @@ def _leak_traced_in_process(program, monkeypatch, uprobe_multi: bool) -> tuple[d
 
 
 def _perf_event_programs() -> list[int]:
-    """The program of each perf event fd this process holds (BPF_TASK_FD_QUERY, as `bpftool
-    perf` lists them): where the kernel has no perf_event bpf_link, what attaches a uprobe."""
-    import ctypes
-
-    from ebpfkit.engine import _libbpf as L
+    """The program of each perf event fd this process holds: where the kernel has no
+    perf_event bpf_link, what attaches a uprobe."""
+    from ebpfkit.engine import inventory
 
     found = []
     for fd in os.listdir("/proc/self/fd"):
@@ -324,11 +322,9 @@ def _perf_event_programs() -> list[int]:
                 continue
         except OSError:
             continue
-        buf, length = ctypes.create_string_buffer(256), ctypes.c_uint32(256)
-        prog_id, fd_type, offset, addr = ctypes.c_uint32(), ctypes.c_uint32(), ctypes.c_uint64(), ctypes.c_uint64()
-        if L.lib.bpf_task_fd_query(os.getpid(), int(fd), 0, buf, ctypes.byref(length), ctypes.byref(prog_id),
-                                   ctypes.byref(fd_type), ctypes.byref(offset), ctypes.byref(addr)) == 0:
-            found.append(prog_id.value)
+        prog_id = inventory.perf_event_program(os.getpid(), int(fd))
+        if prog_id is not None:
+            found.append(prog_id)
     return found
 
 

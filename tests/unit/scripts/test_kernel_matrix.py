@@ -4,7 +4,7 @@ import importlib.util
 import json
 import os
 
-SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "kernel_matrix.py")
+SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "..", "scripts", "kernel_matrix.py")
 
 
 def load():
