@@ -380,6 +380,8 @@ class Object(_Base, Resource):
         mounts.ensure_bpffs()
         os.makedirs(directory, exist_ok=True)
         for m in self.maps.values():
+            if not m.autocreate:  # left out of this load: nothing to pin
+                continue
             if L.lib.bpf_map__pin(m._ptr, os.fsencode(os.path.join(directory, m.name))):
                 raise LoadError(f"cannot pin map {m.name} in {directory}: {os.strerror(L.errno())}")
 

@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 
+def pid_max() -> int:
+    """The highest pid plus one (/proc/sys/kernel/pid_max): no more tasks can exist at once."""
+    with open("/proc/sys/kernel/pid_max") as f:
+        return int(f.read())
+
+
 def parent_of(pid: int) -> int | None:
     """``pid``'s parent, or None when it is gone (or /proc is not readable)."""
     try:

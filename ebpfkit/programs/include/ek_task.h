@@ -112,4 +112,21 @@ static __always_inline struct pt_regs *ek_current_syscall_regs(long nr)
 	return NULL;
 }
 
+/* The file the current task's fd `fd` is open as, or NULL. Read through probes (the typed
+ * loads of bpf_get_current_task_btf() need 5.11). */
+static __always_inline struct file *ek_current_fd_file(int fd)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
+	struct file **fds;
+	struct file *f = NULL;
+
+	if (!fdt || fd < 0 || fd >= BPF_CORE_READ(fdt, max_fds))
+		return NULL;
+	fds = BPF_CORE_READ(fdt, fd);
+	if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]))
+		return NULL;
+	return f;
+}
+
 #endif /* __EK_TASK_H */

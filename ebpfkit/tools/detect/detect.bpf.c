@@ -645,23 +645,6 @@ __noinline int watched_named(__u64 upath)
 	return entry ? (int)entry->id : -1;
 }
 
-/* The file the caller's fd ``fd`` is open as, or NULL. Read through probes from the current
- * task (bpf_get_current_task_btf's typed loads need 5.11). */
-static __always_inline struct file *current_fd_file(int fd)
-{
-	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
-	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
-	struct file **fds;
-	struct file *f = NULL;
-
-	if (!fdt || fd < 0 || fd >= BPF_CORE_READ(fdt, max_fds))
-		return NULL;
-	fds = BPF_CORE_READ(fdt, fd);
-	if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]))
-		return NULL;
-	return f;
-}
-
 /* The (dev, ino) of the directory a *at() call's dirfd names (AT_FDCWD: the working one). */
 static __always_inline bool dir_key_at(int dirfd, struct detect_watch_key *key)
 {
@@ -672,7 +655,7 @@ static __always_inline bool dir_key_at(int dirfd, struct detect_watch_key *key)
 	if (dirfd == DETECT_AT_FDCWD) {
 		dir = BPF_CORE_READ(task, fs, pwd.dentry);
 	} else {
-		f = current_fd_file(dirfd);
+		f = ek_current_fd_file(dirfd);
 		if (!f)
 			return false;
 		dir = BPF_CORE_READ(f, f_path.dentry);
@@ -798,7 +781,7 @@ static __always_inline void file_touched(__u32 id, __u32 call, __s32 fd, __u32 f
  * its directory (``*by_dir``) where directories are watched; NULL for neither. */
 static __always_inline struct detect_watch *watched_open_as(int fd, struct detect_watch_key *key, bool *by_dir)
 {
-	struct file *f = current_fd_file(fd);
+	struct file *f = ek_current_fd_file(fd);
 	struct detect_watch_key parent = {};
 	struct detect_watch *entry;
 	struct inode *inode;

@@ -20,12 +20,15 @@ from ...engine.pinned import link_info
 from ...output.logs import get_logger, setup_logging
 from ...output.settings import DEFAULT_LOG_BACKUP, DEFAULT_LOG_SIZE
 from ...policy import PolicyError, parse_guard_policy
+from ...sysinfo import processes
 from . import core, logfile
 
 EVENT_TYPE = "struct guard_event"  # guard.h: the records of the `events` ring buffer
 # enum bpf_cmd values the bpf hook reports
 BPF_CMDS = {29: "BPF_LINK_UPDATE", 34: "BPF_LINK_DETACH"}
 POLL_MS, WATCH_SECONDS = 200, 1.0
+READABLE_MAPS = ("counters", "events_lost")  # untrusted subjects may open these read-only
+TRUSTED_TASKS_MAX = 1 << 18  # before 5.11: tasks with trust at once (more: the rest are untrusted)
 messages = get_logger("ebpfkit.tools.guard.agent")  # to stderr, which is agent.err; set up in main()
 
 
@@ -91,12 +94,20 @@ def display_paths(policy, policy_path: str | None = None) -> dict:
     return core.resolve(policy, core.self_rules(policy_path)).labels
 
 
-def match_kernel(spec) -> None:
-    """Load only the programs whose arguments are this kernel's: inode_setattr's hook has
-    the mount's idmap first from 6.12 on (a program for the other signature fails to load)."""
+def match_kernel(spec) -> bool:
+    """Load only the programs and maps this kernel takes: inode_setattr's hook has the
+    mount's idmap first from 6.12 on (a program for the other signature fails to load); each
+    task's trust is in task storage from 5.11, before that in a hash by task address, emptied
+    by task_free and sized to pid_max (there cannot be more tasks). True: task storage."""
     idmap = features.kernel_function_arity("bpf_lsm_inode_setattr") == 3
     spec.programs["guard_inode_setattr_idmap"].autoload = idmap
     spec.programs["guard_inode_setattr"].autoload = not idmap
+    storage = features.probe("task_storage").supported
+    spec.maps["task_trust_by_task" if storage else "task_trust"].autocreate = False
+    spec.programs["guard_task_free"].autoload = not storage
+    if not storage:
+        spec.maps["task_trust_by_task"].max_entries = min(processes.pid_max(), TRUSTED_TASKS_MAX)
+    return storage
 
 
 def load(mode: str, pin_dev: int = 0, cache: bool = True):
@@ -105,9 +116,9 @@ def load(mode: str, pin_dev: int = 0, cache: bool = True):
     import ebpfkit
 
     spec = ebpfkit.compile(os.path.join(os.path.dirname(__file__), "guard.bpf.c"))
-    match_kernel(spec)
+    storage = match_kernel(spec)
     spec.rodata.update({"targ_audit": mode == "audit", "targ_agent_tgid": os.getpid(),
-                        "targ_pin_dev": pin_dev, "targ_cache": cache})
+                        "targ_pin_dev": pin_dev, "targ_cache": cache, "targ_task_storage": storage})
     try:
         return spec.load()
     except ebpfkit.EbpfkitError as exc:
@@ -131,16 +142,21 @@ def start(policy_path: str, audit: bool):
         pins.pin_maps(obj)
         maps = {name: obj.maps[name] for name in core.MAP_NAMES}
         self_ids = obj.maps["self_ids"]
-        programs = [p for p in obj.programs.values() if p.autoload]
+        # task_free first: no trust entry by task address may outlive its task
+        programs = sorted((p for p in obj.programs.values() if p.autoload),
+                          key=lambda p: p.name != "guard_task_free")
         names = {("prog", p.info().id): p.name for p in programs}
-        # programs are registered before any hook runs, links as they are made
-        core.register_self(self_ids, [i for kind, i in names if kind == "prog"], [])
+        # maps and programs are registered before any hook runs, links as they are made
+        created = {name: m.raw.id for name, m in obj.maps.items() if m.autocreate}
+        core.register_self(self_ids, "MAP", [i for n, i in created.items() if n not in READABLE_MAPS])
+        core.register_self(self_ids, "MAP", [i for n, i in created.items() if n in READABLE_MAPS], "READABLE")
+        core.register_self(self_ids, "PROG", [i for kind, i in names if kind == "prog"])
         for prog in programs:
             link = prog.attach()  # lsm/..., and fexit/vfs_rename
             pins.pin_link("link_" + prog.name, link)
             link_id = link_info(link.fd).id
             names[("link", link_id)] = "link_" + prog.name
-            core.register_self(self_ids, [], [link_id])
+            core.register_self(self_ids, "LINK", [link_id])
         pins.seal(mode=mode)
         os.makedirs(core.STATE_DIR, exist_ok=True)
         open(core.LOG_FILE, "a").close()  # exists before it is keyed

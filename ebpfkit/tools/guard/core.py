@@ -391,11 +391,12 @@ def _bump(m: Map | None) -> None:
     _update(m, GEN_POLICY, (m[GEN_POLICY] + 1) & 0xFFFFFFFF)
 
 
-def register_self(m: Map, prog_ids, link_ids) -> None:
-    """The guard's own programs and links, which untrusted subjects may not get or detach."""
-    for kind, ids in (("GUARD_SELF_PROG", prog_ids), ("GUARD_SELF_LINK", link_ids)):
-        for i in ids:
-            _update(m, {"kind": kind, "id": i}, 1)  # struct guard_self_key, its kind by name
+def register_self(m: Map, kind: str, ids, access: str = "NOTHING") -> None:
+    """The guard's own objects of ``kind`` (PROG, LINK, MAP: enum guard_self_kind), which
+    untrusted subjects may not get or detach; ``access`` READABLE lets them open a map
+    read-only (enum guard_self_access)."""
+    for i in ids:
+        _update(m, {"kind": f"GUARD_SELF_{kind}", "id": i}, f"GUARD_SELF_{access}")
 
 
 # --- policy reloads ---------------------------------------------------------------------
@@ -538,11 +539,6 @@ def refuse_reason() -> str | None:
     if not active.supported:
         return (f"BPF-LSM is not active ({active.reason}; /sys/kernel/security/lsm lacks 'bpf'). "
                 f"Enable it: {features.HINTS.get('lsm_active')}")
-    storage = features.probe("task_storage")
-    if not storage.supported:  # each task's trust lives there (guard.bpf.c: task_trust)
-        return (f"the guard keeps each task's trust in task storage, which this kernel "
-                f"({features.kernel_release()}) lacks: {storage.reason}; "
-                f"{features.HINTS.get('task_storage')}")
     lsm = features.probe("lsm")
     if not lsm.supported:
         return (f"BPF-LSM is active (bpf is listed in /sys/kernel/security/lsm) but this kernel "

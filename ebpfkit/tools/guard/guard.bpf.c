@@ -9,19 +9,24 @@
  * trusted:   (dev, ino) of executables -> 1 (trust) | 2 (trust inherited by children).
  * interpreters: (dev, ino) of programs that run a file by reading it (shells, python, ld.so):
  *   opening an exec-protected file for reading is an exec when one of them does it.
- * task storage holds each task's trust; exec re-evaluates it, fork copies it when inherited.
- * Self-protection: untrusted subjects get no fd of the guard's maps or programs, cannot
+ * Each task's trust lives in task storage (5.11), before that in a hash by task address that
+ * task_free empties; exec re-evaluates it, fork copies it when inherited.
+ * Self-protection: untrusted subjects get no fd of the guard's maps or programs (self_ids, by
+ * kernel id), cannot
  * detach or update its links, unmount the bpffs holding its pins, or signal its agent
  * (its pins, policy file and state directory are ordinary protected objects).
  * Enforcement never depends on the ring buffer: a full buffer only counts a lost event.
  *
  * Kernel pointers are read directly (BTF-typed loads), not with bpf_probe_read: the walk
- * runs on every open and write, and a helper call per field would dominate its cost. */
+ * runs on every open and write, and a helper call per field would dominate its cost. The
+ * current task is the exception: it is typed only since 5.11 (bpf_get_current_task_btf), and
+ * its few reads are off the hot path. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 #include "ebpfkit.h"
+#include "ek_task.h"
 #include "guard.h"
 
 #define EPERM 1
@@ -49,6 +54,7 @@ const volatile bool targ_audit = false;
 const volatile __u32 targ_agent_tgid = 0; /* the logging agent: trusted, protected */
 const volatile __u64 targ_pin_dev = 0;    /* s_dev of the bpffs that holds the pins */
 const volatile bool targ_cache = true;    /* false: no verdict cache (kernels that refuse it) */
+const volatile bool targ_task_storage = true; /* false before 5.11: task_trust_by_task instead */
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -106,20 +112,32 @@ struct {
 	__type(value, __u32);
 } protected_exe SEC(".maps");
 
-/* the guard's own programs and links (kernel ids), filled by the agent */
+/* the guard's own programs, links and maps (kernel ids), filled by the agent before any
+ * program is attached */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 128);
 	__type(key, struct guard_self_key);
-	__type(value, __u32);
+	__type(value, enum guard_self_access);
 } self_ids SEC(".maps");
 
+/* each task's trust (enum guard_trust), where it has any; user space creates one of the two */
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, int);
 	__type(value, __u32);
 } task_trust SEC(".maps");
+
+/* before task storage: by task address, deleted by guard_task_free before the task is freed
+ * (and attached before the programs that add entries, so no address outlives its task) */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 32768); /* sized to pid_max by user space: one entry a task at most */
+	__type(key, __u64);
+	__type(value, __u32);
+} task_trust_by_task SEC(".maps");
 
 /* [0] denied, [1] allowed in audit mode */
 struct {
@@ -135,6 +153,7 @@ EK_EXPORT_TYPE(struct guard_event);
 EK_EXPORT_TYPE(enum guard_op);
 EK_EXPORT_TYPE(enum guard_gen);
 EK_EXPORT_TYPE(enum guard_trust);
+EK_EXPORT_TYPE(enum guard_self_access);
 
 static __always_inline struct guard_key inode_key(struct inode *inode)
 {
@@ -155,36 +174,71 @@ static __always_inline bool filter_hit(struct guard_key *key)
 	return word && ((*word >> (bit & 63)) & 1);
 }
 
-/* the value `map` holds for the task's executable (0: none) */
-static __always_inline __u32 exe_lookup(void *map, struct task_struct *task)
+static __always_inline struct task_struct *current_task(void)
 {
-	struct mm_struct *mm = task->mm;
-	struct inode *inode;
-	struct guard_key key;
+	return (struct task_struct *)bpf_get_current_task();
+}
+
+/* the current task's executable (NULL: a kernel thread) */
+static __always_inline struct inode *current_exe(void)
+{
+	return BPF_CORE_READ(current_task(), mm, exe_file, f_inode);
+}
+
+/* the value `map` holds for the current task's executable (0: none) */
+static __always_inline __u32 current_exe_lookup(void *map)
+{
+	struct inode *inode = current_exe();
+	struct guard_key key = {};
 	__u32 *v;
 
-	if (!mm)
-		return 0;
-	inode = mm->exe_file->f_inode;
 	if (!inode)
 		return 0;
-	key = inode_key(inode);
+	key.dev = BPF_CORE_READ(inode, i_sb, s_dev);
+	key.ino = BPF_CORE_READ(inode, i_ino);
 	v = bpf_map_lookup_elem(map, &key);
 	return v ? *v : 0;
 }
 
-/* trust of the current task: its task storage (set at exec/fork), else its executable */
+/* before task storage: the entry of the task at `addr`, created with `create` (none when the
+ * map is full: that task is not trusted) */
+static __always_inline __u32 *trust_by_task(__u64 addr, bool create)
+{
+	static const __u32 none;
+	__u32 *t = bpf_map_lookup_elem(&task_trust_by_task, &addr);
+
+	if (t || !create)
+		return t;
+	bpf_map_update_elem(&task_trust_by_task, &addr, &none, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&task_trust_by_task, &addr);
+}
+
+/* the trust entry of `task` (typed: a hook's argument), created with `create` */
+static __always_inline __u32 *trust_entry(struct task_struct *task, bool create)
+{
+	if (targ_task_storage)
+		return bpf_task_storage_get(&task_trust, task, 0, create ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
+	return trust_by_task((__u64)task, create);
+}
+
+static __always_inline __u32 *current_trust_entry(bool create)
+{
+	if (targ_task_storage)
+		return trust_entry(bpf_get_current_task_btf(), create);
+	return trust_by_task(bpf_get_current_task(), create);
+}
+
+/* trust of the current task: its entry (set at exec/fork), else its executable */
 static __always_inline bool current_trusted(void)
 {
-	struct task_struct *task = bpf_get_current_task_btf();
 	__u32 *t;
 
 	if (targ_agent_tgid && (bpf_get_current_pid_tgid() >> 32) == targ_agent_tgid)
 		return true;
-	t = bpf_task_storage_get(&task_trust, task, 0, 0);
+	t = current_trust_entry(false);
 	if (t && *t)
 		return true;
-	return exe_lookup(&trusted, task) != 0;
+	return current_exe_lookup(&trusted) != 0;
 }
 
 /* The operations denied on a dentry: the union over it and its ancestors of their
@@ -327,7 +381,7 @@ static __always_inline int check_open(struct file *file, __u32 op)
 	ops = prot & op;
 	if ((prot & GUARD_OP_EXEC) && (op & GUARD_OP_READ) &&
 	    !((file->f_mode & FMODE_EXEC) || (file->f_flags & __FMODE_EXEC)) &&
-	    exe_lookup(&interpreters, bpf_get_current_task_btf()))
+	    current_exe_lookup(&interpreters))
 		ops |= GUARD_OP_EXEC;
 	if (!ops || current_trusted())
 		return 0;
@@ -345,13 +399,9 @@ static __always_inline bool reads_guarded(struct dentry *dentry)
 /* the running executable: mapped by the kernel at exec, after bprm_check_security allowed it */
 static __always_inline bool own_executable(struct file *file)
 {
-	struct mm_struct *mm = bpf_get_current_task_btf()->mm;
-	struct file *exe;
+	struct inode *exe = current_exe();
 
-	if (!mm)
-		return false;
-	exe = mm->exe_file;
-	return exe && exe->f_inode == file->f_inode;
+	return exe && exe == file->f_inode;
 }
 
 SEC("lsm/file_open")
@@ -520,14 +570,13 @@ int BPF_PROG(guard_bprm_check_security, struct linux_binprm *bprm, int ret)
 SEC("lsm/bprm_committed_creds")
 int BPF_PROG(guard_bprm_committed_creds, struct linux_binprm *bprm)
 {
-	struct task_struct *task = bpf_get_current_task_btf();
 	struct guard_key key = inode_key(bprm->file->f_inode);
 	__u32 *v = bpf_map_lookup_elem(&trusted, &key);
-	__u32 *t = bpf_task_storage_get(&task_trust, task, 0, 0);
+	__u32 *t = current_trust_entry(false);
 
 	if (v) {
 		if (!t)
-			t = bpf_task_storage_get(&task_trust, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+			t = current_trust_entry(true);
 		if (t)
 			*t = *v;
 	} else if (t && !(*t & GUARD_TRUST_INHERIT)) {
@@ -552,17 +601,26 @@ int BPF_PROG(guard_renamed)
 SEC("lsm/task_alloc")
 int BPF_PROG(guard_task_alloc, struct task_struct *task, unsigned long clone_flags, int ret)
 {
-	struct task_struct *cur = bpf_get_current_task_btf();
 	__u32 *parent, *child;
 
 	if (ret)
 		return ret;
-	parent = bpf_task_storage_get(&task_trust, cur, 0, 0);
+	parent = current_trust_entry(false);
 	if (!parent || !*parent)
 		return 0;
-	child = bpf_task_storage_get(&task_trust, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	child = trust_entry(task, true);
 	if (child)
 		*child = *parent;
+	return 0;
+}
+
+/* before 5.11: the task's entry goes before its address can be another task's */
+SEC("lsm/task_free")
+int BPF_PROG(guard_task_free, struct task_struct *task)
+{
+	__u64 addr = (__u64)task;
+
+	bpf_map_delete_elem(&task_trust_by_task, &addr);
 	return 0;
 }
 
@@ -611,16 +669,9 @@ int BPF_PROG(guard_ptrace_access_check, struct task_struct *child, unsigned int 
  * yields a meaningless id, but the kernel refuses those commands on a non-link anyway. */
 static __always_inline __u32 link_id_of_fd(int fd)
 {
-	struct task_struct *task = bpf_get_current_task_btf();
-	struct fdtable *fdt = task->files->fdt;
-	struct file **fds;
-	struct file *file = 0;
+	struct file *file = ek_current_fd_file(fd);
 	struct bpf_link *link;
 
-	if (fd < 0 || !fdt || (unsigned int)fd >= fdt->max_fds)
-		return 0;
-	fds = fdt->fd;
-	bpf_probe_read_kernel(&file, sizeof(file), &fds[fd]);
 	if (!file)
 		return 0;
 	link = (struct bpf_link *)BPF_CORE_READ(file, private_data);
@@ -652,17 +703,14 @@ int BPF_PROG(guard_bpf, int cmd, union bpf_attr *attr, unsigned int size)
 SEC("lsm/bpf_map")
 int BPF_PROG(guard_bpf_map, struct bpf_map *map, fmode_t fmode, int ret)
 {
+	struct guard_self_key k = { .kind = GUARD_SELF_MAP, .id = map->id };
+	__u32 *v;
+
 	if (ret)
 		return ret;
-	if (map == (void *)&counters || map == (void *)&events_lost) {
-		if (!(fmode & FMODE_WRITE))
-			return 0;
-	} else if (map != (void *)&protected && map != (void *)&filter && map != (void *)&trusted &&
-		   map != (void *)&protected_exe && map != (void *)&self_ids && map != (void *)&interpreters &&
-		   map != (void *)&task_trust && map != (void *)&events &&
-		   map != (void *)&verdicts && map != (void *)&generation) {
+	v = bpf_map_lookup_elem(&self_ids, &k);
+	if (!v || (*v == GUARD_SELF_READABLE && !(fmode & FMODE_WRITE)))
 		return 0;
-	}
 	if (current_trusted())
 		return 0;
 	return report(GUARD_HOOK_BPF_MAP, GUARD_OP_BPF, 0, map->name, 0, 0, 0, map->id);

@@ -47,10 +47,17 @@ enum guard_trust {
 	GUARD_TRUST_INHERIT = 2,
 };
 
-/* self_ids kinds: the guard's own programs and links, by kernel id */
+/* self_ids kinds: the guard's own programs, links and maps, by kernel id */
 enum guard_self_kind {
 	GUARD_SELF_PROG = 1,
 	GUARD_SELF_LINK = 2,
+	GUARD_SELF_MAP = 3,
+};
+
+/* self_ids values: what an untrusted subject may do with the object */
+enum guard_self_access {
+	GUARD_SELF_NOTHING = 1,
+	GUARD_SELF_READABLE = 2, /* a map it may open read-only (the counters, for `guard status`) */
 };
 
 /* hooks, for the log, which names them from this enum (GUARD_HOOK_FILE_OPEN -> file_open) */
