@@ -7,6 +7,7 @@ length; the host allows no modules."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -57,14 +58,26 @@ def test_doctor_shows_the_mode_it_would_pick(capsys):
 
 
 def test_it_runs_for_its_duration_in_the_best_mode_into_a_rotating_log_file(tmp_path, capsys):
+    """With a 10 µs threshold every mode sees sections within a second (the sampling modes'
+    own tick jitter is longer): they go to the log, not stdout, as records of at least the
+    threshold on this machine's CPUs, and the log rotates at its size, keeping one backup."""
     mode, hook = best_mode(ek_json(capsys, "doctor")["features"])
     log = tmp_path / "irqoff.log"
-    run = subprocess.run([sys.executable, "-m", "ebpfkit", "irqoff", "-t", "50", "-f", str(log), "2"],
+    run = subprocess.run([sys.executable, "-m", "ebpfkit", "--format", "json", "irqoff", "-t", "0.01", "-f", str(log),
+                          "--log-file-size", "4K", "--log-file-backups", "1", "2"],
                          capture_output=True, text=True, timeout=120, env=dict(os.environ, NO_COLOR="1"))
     assert run.returncode == 0, run.stderr
     assert f"irqoff mode: {mode}: {hook}" in run.stderr, run.stderr
     assert "for 2 s" in run.stderr and run.stdout == "", (run.stdout, run.stderr)
-    assert log.exists()  # the sections (if the host had any) went there, not to stdout
+    files = sorted(tmp_path.glob("irqoff.log*"))
+    assert [f.name for f in files] == ["irqoff.log", "irqoff.log.1"], files
+    assert all(f.stat().st_size <= 4096 for f in files), [f.stat().st_size for f in files]
+    records = [json.loads(line) for f in files for line in f.read_text().splitlines()]
+    assert records
+    cpus = os.cpu_count()
+    for record in records:
+        assert record["kind"] in ("hardirq", "softirq") and 0 <= record["cpu"] < cpus, record
+        assert record["lat_us"] >= 10 and record["tid"] >= 0 and isinstance(record["stack"], list), record
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
