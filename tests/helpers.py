@@ -288,12 +288,32 @@ def alerts_within(session, seconds: float = 1.0, *rules: str) -> list:
     return found
 
 
+def _read_until(fd: int, done, timeout: float, text: str = "") -> tuple[bool, str]:
+    """Read ``fd`` (raw reads, bounded, so a stuck child fails a test instead of hanging it)
+    until ``done(text)``, end-of-file or ``timeout``: (whether done, the text read)."""
+    import os
+    import select
+    import time
+
+    data = text.encode()
+    deadline = time.monotonic() + timeout
+    while not done(data.decode(errors="replace")):
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        chunk = os.read(fd, 65536) if ready else b""
+        if not chunk:
+            return False, data.decode(errors="replace")
+        data += chunk
+    return True, data.decode(errors="replace")
+
+
 class RunningTool:
     """`ebpfkit ARGS` in a child process, returned once its banner ("... Hit Ctrl-C to end.")
     is out, so it is tracing. ``stop(sig)`` ends it and returns its stdout; ``kill()`` is the
     cleanup a test's ``finally`` calls."""
 
-    def __init__(self, *args: str, startup_timeout: float = 240.0):
+    def __init__(self, *args: str, startup_timeout: float = 240.0, stdin: str | None = None):
+        """``stdin``: written to the tool's standard input at once (for a command it runs, -c),
+        before its banner."""
         import os
         import signal
         import subprocess
@@ -301,34 +321,42 @@ class RunningTool:
 
         env = dict(os.environ, NO_COLOR="1")
         self.proc = subprocess.Popen([sys.executable, "-m", "ebpfkit", *args], env=env, text=True,
+                                     stdin=subprocess.PIPE if stdin is not None else None,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.pid = self.proc.pid
-        self.banner = ""
-        if self._wait_for_banner(startup_timeout):
+        if stdin is not None:
+            self.proc.stdin.write(stdin)
+            self.proc.stdin.flush()
+        self.early_stdout = ""  # what wait_for_stdout read
+        came, banner = _read_until(self.proc.stderr.fileno(), lambda data: "Hit Ctrl-C" in data, startup_timeout)
+        self.banner = banner
+        if came:
             return
         self.stop(signal.SIGKILL if self.proc.poll() is None else None)
         raise AssertionError(f"`ebpfkit {' '.join(args)}` did not start within {startup_timeout:g} s "
                              f"(exit {self.proc.returncode}): {self.stderr}")
 
-    def _wait_for_banner(self, timeout: float) -> bool:
-        """Read stderr until the banner, end-of-file or ``timeout``: whether the banner came.
-        Raw reads, bounded: a tool stuck while starting fails the test instead of hanging it."""
+    def read_stdout_so_far(self) -> str:
+        """All that the tool has written to stdout by now (``stop`` and ``finish`` return it
+        with the rest)."""
         import os
         import select
-        import time
 
-        fd, data = self.proc.stderr.fileno(), b""
-        deadline = time.monotonic() + timeout
-        try:
-            while b"Hit Ctrl-C" not in data:
-                ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
-                chunk = os.read(fd, 65536) if ready else b""
-                if not chunk:
-                    return False
-                data += chunk
-            return True
-        finally:
-            self.banner = data.decode(errors="replace")
+        fd = self.proc.stdout.fileno()
+        while select.select([fd], [], [], 0)[0]:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            self.early_stdout += chunk.decode(errors="replace")
+        return self.early_stdout
+
+    def wait_for_stdout(self, done, timeout: float = 120.0) -> str:
+        """Read stdout as it comes until ``done(all of it so far)``: that text (``stop`` and
+        ``finish`` return it with the rest). A slow machine takes longer, not a wrong answer;
+        the tool ending or ``timeout`` first fails the test."""
+        came, self.early_stdout = _read_until(self.proc.stdout.fileno(), done, timeout, self.early_stdout)
+        assert came, f"not seen on stdout within {timeout:g} s: {self.early_stdout[-2000:]}"
+        return self.early_stdout
 
     def stop(self, sig=None) -> str:
         """Send ``sig`` (default SIGINT, Ctrl-C) and wait; its stdout. ``returncode`` and
@@ -342,7 +370,8 @@ class RunningTool:
     def finish(self, timeout: float = 120) -> str:
         """Wait for it to end by itself (after its COUNT intervals), reading what it writes;
         its stdout, and ``returncode`` and ``stderr`` as ``stop`` sets them."""
-        self.stdout, stderr = self.proc.communicate(timeout=timeout)
+        stdout, stderr = self.proc.communicate(timeout=timeout)
+        self.stdout = self.early_stdout + stdout
         self.stderr = self.banner + stderr
         self.returncode = self.proc.returncode
         return self.stdout

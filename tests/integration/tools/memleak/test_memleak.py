@@ -73,6 +73,11 @@ def go(program) -> None:
     assert program.stdout.readline().startswith("done"), "the program did not finish allocating"
 
 
+def samples_in(stdout: str) -> int:
+    """Complete samples (JSON lines) in ``stdout`` so far."""
+    return sum(1 for line in stdout.split("\n")[:-1] if line.startswith("{"))
+
+
 def last_sample(stdout: str) -> dict:
     samples = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
     assert samples, stdout
@@ -84,7 +89,10 @@ def traced_by_pid(program, *options) -> tuple[dict, str]:
     tool = RunningTool("--format", "json", "memleak", "-p", str(program.pid), *options, "0.5")
     try:
         go(program)
-        time.sleep(1.2)  # a sample after the program is done
+        # three samples after the program is done: the last was taken an interval or more
+        # after it (a sample can take long to print on a slow machine: symbols are new)
+        before = samples_in(tool.read_stdout_so_far())
+        tool.wait_for_stdout(lambda out: samples_in(out) >= before + 3)
         stdout = tool.stop()
         assert tool.returncode == 0, tool.stderr
         return last_sample(stdout), tool.stderr
@@ -184,20 +192,17 @@ def test_cpp_new(programs):
 
 
 def traced_command(command: str) -> tuple[dict, str]:
-    """`ebpfkit memleak -c COMMAND 0.5`, "go" sent at once: its last sample and the command's output."""
-    proc = subprocess.Popen([sys.executable, "-m", "ebpfkit", "--format", "json", "memleak", "-c", command, "0.5"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    """`ebpfkit memleak -c COMMAND 0.5`, "go" sent at once: its last sample and the command's
+    output, ended three samples after the command said "done"."""
+    tool = RunningTool("--format", "json", "memleak", "-c", command, "0.5", stdin="go\n")
     try:
-        proc.stdin.write("go\n")
-        proc.stdin.flush()
-        time.sleep(2.5)
-        proc.send_signal(signal.SIGINT)
-        stdout, stderr = proc.communicate(timeout=30)
+        out = tool.wait_for_stdout(lambda out: "done" in out)
+        before = samples_in(out)
+        tool.wait_for_stdout(lambda out: samples_in(out) >= before + 3)
+        stdout = tool.stop()
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 0, stderr
+        tool.kill()
+    assert tool.returncode == 0, tool.stderr
     return last_sample(stdout), stdout
 
 
