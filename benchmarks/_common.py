@@ -33,6 +33,9 @@ EBPFKIT_SOURCES = {
     "opencount-fentry": str(PROGRAMS / "opencount_fentry.bpf.c"),
     "runqlat": str(REPO / "ebpfkit" / "tools" / "runqlat" / "runqlat.bpf.c"),  # the tool's own program
 }
+# programs with each hook twice (tp_btf/X, raw_tp/X): the launcher loads the set the tool would
+# on this kernel (--typed-or-raw TYPED_ONLY_MAPS:RAW_ONLY_MAPS, as runqlat's session chooses)
+EBPFKIT_TYPED_OR_RAW = {"runqlat": "last_runs:last_runs_by_tid"}
 BCC_SOURCES = {"opencount": PROGRAMS / "opencount_bcc.c", "runqlat": PROGRAMS / "runqlat_bcc.c"}
 BPFTRACE_SOURCES = {"opencount": PROGRAMS / "opencount.bt", "runqlat": PROGRAMS / "runqlat.bt"}
 
@@ -74,6 +77,11 @@ def bcc_tool() -> Tool:
     from ebpfkit.bcc.probe import bcc_version
 
     version = bcc_version(BCC_PYTHON) if os.path.exists(BCC_PYTHON) else None
+    if version is None and os.path.exists(BCC_PYTHON) and in_vm():
+        # an emulated guest can take longer than bcc_version's 20 s to load libbcc and LLVM over 9p
+        probe = subprocess.run([BCC_PYTHON, "-c", "import bcc; print(getattr(bcc, '__version__', '?'))"],
+                               capture_output=True, text=True, timeout=START_TIMEOUT)
+        version = (probe.stdout.strip() or "?") if probe.returncode == 0 else None
     if version is None:
         return Tool("BCC", False, "not installed: apt-get install python3-bpfcc")
     env, headers = bcc_kernel_env()
@@ -232,6 +240,7 @@ class Launched:
     def __init__(self, argv: list, env: dict, cwd: str, check_attached: bool = True):
         self.argv = argv
         self.stderr = tempfile.TemporaryFile()
+        self.prog_ids, self.link_ids = set(), set()  # (what stop() checks, should the start fail)
         started = time.perf_counter()
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=self.stderr, env=merged_env(env), cwd=cwd,
@@ -240,7 +249,6 @@ class Launched:
         self.seconds = time.perf_counter() - started
         self.peak_rss_kib = self._vm_hwm()  # read at once: the peak of the start-up
         self.info = dict(kv.split("=", 1) for kv in self.line.split()[1:] if "=" in kv)
-        self.prog_ids, self.link_ids = set(), set()
         self.attached = None
         if check_attached:
             progs, links = _fd_bpf_ids(self.proc.pid)
@@ -255,8 +263,9 @@ class Launched:
             left = START_TIMEOUT - (time.perf_counter() - started)
             ready, _, _ = select.select([fd], [], [], max(left, 0))
             if not ready:
+                err = self._stderr_tail()  # (stop() closes it)
                 self.stop()
-                raise StartError(f"no ATTACHED within {START_TIMEOUT:.0f}s: {self._stderr_tail()}")
+                raise StartError(f"no ATTACHED within {START_TIMEOUT:.0f}s: {err}")
             chunk = os.read(fd, 65536)
             if not chunk:
                 self.proc.wait()
