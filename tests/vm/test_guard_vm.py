@@ -562,7 +562,6 @@ def test_overlayfs(tmp_path, fs):
         subprocess.run(["umount", "-l", str(upper_fs)], check=False)
 
 
-@pytest.mark.vm(kernel=["6.1", "5.10"], lsm=True, timeout=2700)  # 5.10: trust in a hash by task
 def test_trust_by_inode_and_inheritance(tmp_path, fs):
     f = fs / "target"
     f.write_text("")
@@ -650,7 +649,6 @@ def _bpftool(*args):
     return subprocess.run([BPFTOOL, *args], capture_output=True, text=True, timeout=120)
 
 
-@pytest.mark.vm(kernel=["6.1", "5.10"], lsm=True, timeout=2700)  # 5.10: maps refused by id there too
 def test_self_protection_and_policy_reload(tmp_path, fs):
     """An untrusted root cannot get at the guard through bpf(), its pins, its bpffs, its
     agent, its policy file or state; the trusted admin can, and the agent follows edits of

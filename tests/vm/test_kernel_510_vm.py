@@ -4,7 +4,7 @@ fentry and ring buffers, but not task storage or bpf_get_current_task_btf (5.11)
 (5.17), uprobe_multi (6.6) or tcx (6.6). Here: doctor says what it lacks and which tools it
 stops, and runqlat, on the raw tracepoint it falls back to, counts a process's wakeups. The
 guard, which keeps each task's trust in a hash by task here, is judged by test_guard_vm.py's
-tests marked for 5.10 (every LSM hook, trust and inheritance, self-protection), in this boot.
+test marked for 5.10 (every LSM hook, then each operation by a trusted subject), in this boot.
 
 iofsstat walks each file's path with bpf_loop (5.17) on every hook: doctor says it does not run
 here, and it exits 3 naming what it needs.
@@ -43,7 +43,7 @@ def test_doctor_names_what_510_lacks_and_the_tools_it_stops():
         assert features[absent]["status"] == "unsupported", (absent, features[absent])
     tools = report["tools"]
     # without task storage, the guard keeps each task's trust in a hash by task (its denials:
-    # test_guard_vm.py, whose hook-by-hook tests run in this boot too)
+    # test_guard_vm.py, whose hook-by-hook test runs in this boot too)
     assert tools["guard"]["runs"] is True and "hash by task" in tools["guard"]["hook"], tools["guard"]
     # without task storage, runqlat keeps its state in a hash by tid, on the raw tracepoint
     from ebpfkit.tools.runqlat.session import RAW_HOOK
