@@ -87,13 +87,19 @@ def test_every_object_loads_and_every_program_attaches(program, every_program):
     assert len(links) >= len(obj.programs) - LEFT_OUT.get(program, 1)
 
 
+@pytest.fixture(scope="module")
+def kernel_btf() -> BTF:
+    """This kernel's BTF, parsed once (under emulation that takes seconds)."""
+    with open("/sys/kernel/btf/vmlinux", "rb") as f:
+        return BTF.from_bytes(f.read())
+
+
 @pytest.mark.parametrize("program", READS_KERNEL_STRUCTS)
-def test_the_objects_kernel_structs_have_other_layouts_here(program):
+def test_the_objects_kernel_structs_have_other_layouts_here(program, kernel_btf):
     """The object carries the host kernel's struct layouts; where this kernel's differ, every
     field the programs read was relocated by libbpf (the attach test above shows they load)."""
     local = from_prebuilt(program).btf
-    with open("/sys/kernel/btf/vmlinux", "rb") as f:
-        kernel = BTF.from_bytes(f.read())
+    kernel = kernel_btf
     differ = {}
     for t in local.types():
         name = local.name(t.id) if t.kind == Kind.STRUCT else ""

@@ -143,11 +143,12 @@ def iperf3(lab, source, destination, seconds: float, udp_rate: str | None = None
     return end["sum"]["bits_per_second"] * (1 - end["sum"]["lost_percent"] / 100)  # what the server got
 
 
+@pytest.mark.vm(kernel=["6.1"])  # 6.12's tcx path paces in the attach test below
 def test_tc_ratelimit_paces_an_endpoint_to_its_rate_and_drops_beyond_the_horizon():
-    """EDT at the uplink's egress for pod1: an iperf3 stream to the remote gets the configured
-    rate within 5% at 10 and 100 Mbit/s (TCP goodput: the rate counts IP bytes); pod2, not
-    limited, is not held to it; with a 1 ms horizon, a UDP flood at 5x the rate is dropped
-    and counted. fq is on the device meanwhile and gone after."""
+    """EDT at the uplink's egress for pod1 (a clsact filter): an iperf3 stream to the remote
+    gets the configured rate within 5% at 10 and 100 Mbit/s (TCP goodput: the rate counts IP
+    bytes); pod2, not limited, is not held to it; with a 1 ms horizon, a UDP flood at 5x the
+    rate is dropped and counted. fq is on the device meanwhile and gone after."""
     from ebpfkit.tools import tc
     from ebpfkit.tools.tc.lab import LabNode
 
