@@ -61,7 +61,15 @@ def pytest_unconfigure(config):
         os.environ.pop("EBPFKIT_DETECT_LOG", None)
 
 
+# the tools' tests measure scheduling, latencies and rates: they run before the VM tests start
+# booting in the background beside the other host tests (ebpfkit's pytest plugin, vm_quiet)
+QUIET = ("tests/integration/tools/", "tests/integration/exporter/")
+
+
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.nodeid.startswith(QUIET):
+            item.add_marker("vm_quiet")
     if os.geteuid() == 0:
         return
     skip = pytest.mark.skip(reason=NEEDS_ROOT)

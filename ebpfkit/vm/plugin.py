@@ -11,8 +11,8 @@ A list of kernels parametrizes the test (``pytest_generate_tests``, the paramete
 ``ebpfkit_vm_kernel``, a fixture the test may take to learn which it is), so each kernel's
 result is its own, and the guest, given the variant's node id, collects the same variant.
 
-On the host, the marked tests that were selected are grouped by (kernel, lsm, memory); each
-group boots once (``ebpfkit.vm.run``) and runs ``python -m pytest <its node ids>`` inside,
+On the host, the marked tests that were selected are grouped by (kernel, lsm, memory) (a test
+that does not say ``lsm`` joins its kernel's BPF-LSM boot if there is one); each group boots once (``ebpfkit.vm.run``) and runs ``python -m pytest <its node ids>`` inside,
 as root, over a read-only view of the host. The guest's reports come back through a file
 on a shared directory (see ``results``) and are replayed in the host's session: pass, fail
 (with the assertion text), skip, captured output and durations as if they ran locally.
@@ -43,8 +43,12 @@ import tempfile
 import pytest
 
 MARK = "vm"
-MARKER_HELP = ("vm(kernel=None, lsm=False, memory='2G', timeout=None): run the test inside a VM kernel "
-               "booted by ebpfkit (one boot per distinct kernel/lsm/memory); kernel=[...] runs it once per kernel")
+MARKER_HELP = ("vm(kernel=None, lsm=None, memory='2G', timeout=None): run the test inside a VM kernel "
+               "booted by ebpfkit (one boot per distinct kernel/lsm/memory; lsm=None joins its kernel's "
+               "BPF-LSM boot if there is one); kernel=[...] runs it once per kernel")
+QUIET = "vm_quiet"
+QUIET_HELP = (f"{QUIET}: a host test that measures scheduling, rates or latencies: it runs before the VMs "
+              "start booting in the background (--vm-serial: where it is)")
 KERNEL_PARAM = "ebpfkit_vm_kernel"
 DEFAULT_TIMEOUT = 600.0
 # a guest test running this long has every thread's stack printed (even one stuck in C), so a
@@ -63,12 +67,16 @@ def pytest_addoption(parser):
                     help="KVM or software emulation (default: KVM when it works).")
     group.addoption("--vm-missing", choices=("fail", "skip"), default="fail",
                     help="When no VM can run here (missing package): fail the vm tests (default) or skip them.")
+    group.addoption("--vm-serial", action="store_true", default=False,
+                    help="Boot each VM when its first test comes up, not in the background while the "
+                         "host's tests run.")
     group.addoption(REPORT_OPTION, dest="ebpfkit_vm_report", metavar="FILE", default=None,
                     help="(internal) write the session's reports as JSON lines to FILE.")
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", MARKER_HELP)
+    config.addinivalue_line("markers", QUIET_HELP)
     from .runner import in_vm
 
     if config.getoption("ebpfkit_vm_report"):
@@ -155,6 +163,7 @@ class _Group:
         self.vm = None           # VMResult
         self.failure: str | None = None  # the VM could not run at all
         self.output = bytearray()  # the guest pytest's output (tail)
+        self.shared: str | None = None  # the directory of its results file, until they are read
 
 
 class VMScheduler:
@@ -164,25 +173,41 @@ class VMScheduler:
         self.config = config
         self.groups: dict = {}
         self._item_group: dict = {}
+        self._item_key: dict = {}
+        self._booter = None         # the process booting the groups while the host's tests run
+        self._from_booter = None    # its messages: ("say", text) and ("booted", index, state)
+        self._background: list = []  # the groups it boots, in order
+        self._to_parent = None      # in the booter: where _say sends its lines
+        self._booter_started = False
 
     def _options(self, item):
         kw = item.get_closest_marker(MARK).kwargs
-        return (wanted_kernel(item) or self.config.getoption("vm_kernel"), bool(kw.get("lsm", False)),
+        return (wanted_kernel(item) or self.config.getoption("vm_kernel"), kw.get("lsm"),
                 str(kw.get("memory", "2G")))
 
-    def _group_of(self, item) -> _Group:
-        if item.nodeid in self._item_group:
-            return self._item_group[item.nodeid]
+    def _key_of(self, item):
+        """(image, lsm, memory) and the kernel; ``lsm`` is None where the test does not say."""
         from ..errors import EbpfkitError
         from .kernels import resolve
 
-        spec, lsm, memory = self._options(item)
-        try:
-            kernel, error = resolve(spec), None
-            key = (kernel.image, lsm, memory)
-        except EbpfkitError as exc:
-            kernel, error = None, exc
-            key = (f"error:{spec}", lsm, memory)
+        if item.nodeid not in self._item_key:
+            spec, lsm, memory = self._options(item)
+            try:
+                kernel = resolve(spec)
+                self._item_key[item.nodeid] = (kernel.image, lsm, memory), kernel, None
+            except EbpfkitError as exc:
+                self._item_key[item.nodeid] = (f"error:{spec}", lsm, memory), None, exc
+        return self._item_key[item.nodeid]
+
+    def _group_of(self, item, lsm_keys: frozenset = frozenset()) -> _Group:
+        """A test that does not say ``lsm`` boots with BPF-LSM when tests of its kernel need it
+        anyway (one boot fewer: BPF-LSM changes nothing for a test that does not use it), and
+        without it otherwise; ``lsm=False`` keeps a test out of BPF-LSM boots."""
+        if item.nodeid in self._item_group:
+            return self._item_group[item.nodeid]
+        (image, lsm, memory), kernel, error = self._key_of(item)
+        lsm = bool(lsm) if lsm is not None else (image, True, memory) in lsm_keys
+        key = (image, lsm, memory)
         if key not in self.groups:
             self.groups[key] = _Group(key, kernel, error, lsm, memory)
         group = self._item_group[item.nodeid] = self.groups[key]
@@ -195,8 +220,9 @@ class VMScheduler:
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, config, items):
         marked = [i for i in items if i.get_closest_marker(MARK)]
+        lsm_keys = frozenset(key for key in (self._key_of(i)[0] for i in marked) if key[1])
         for item in marked:
-            self._group_of(item).items.append(item)
+            self._group_of(item, lsm_keys).items.append(item)
         # pytest-timeout would time the first test of a group with the whole boot inside
         # (and a test's own timeout marker is meant for the guest): on the host, let the
         # VM's timeout act first, which also says what was running
@@ -204,17 +230,96 @@ class VMScheduler:
             for item in marked:
                 item.add_marker(pytest.mark.timeout(self._group_timeout(self._group_of(item)) + 120),
                                 append=False)
+        if marked and self._in_background(config):  # the quiet host tests first, before any boot
+            items[:] = sorted(items, key=lambda i: not (i.get_closest_marker(QUIET) and not i.get_closest_marker(MARK)))
+
+    def _in_background(self, config) -> bool:
+        return not (config.option.collectonly or config.getoption("vm_serial") or
+                    config.getoption("capture") == "no")  # -s: the guest's output live, not amid the host's
+
+    def _start_booter(self, session) -> None:
+        """Boot the groups one after another, in the order of their first tests, in a process
+        forked now (at the first host test not marked vm_quiet), while the host's tests run;
+        each VM test then waits for its group. A guest under emulation keeps about one core
+        busy, the host's tests another. Forked between two tests, so what a host test sets in
+        the environment (monkeypatch) never reaches a guest."""
+        import multiprocessing
+
+        self._booter_started = True
+        groups = list(dict.fromkeys(self._group_of(i) for i in session.items if i.get_closest_marker(MARK)))
+        if not groups:
+            return
+        for group in groups:
+            self._select(group, session)
+        context = multiprocessing.get_context("fork")
+        self._from_booter = context.Queue()
+        self._background = groups
+        self._booter = context.Process(target=self._boot_in_order, name="ebpfkit-vm-booter", daemon=True)
+        self._booter.start()
+
+    def _boot_in_order(self) -> None:
+        """The booter process: each group's boot(s); the results file stays for the parent."""
+        self._to_parent = self._from_booter
+        for index, group in enumerate(self._background):
+            self._boot(group)
+            self._to_parent.put(("booted", index, (group.vm, group.failure, group.shared, bytes(group.output))))
+
+    def _await(self, group: _Group) -> None:
+        """Wait for the booter's word on ``group``; boot it here if the booter is gone."""
+        import queue
+
+        while group.vm is None and group.failure is None:
+            try:
+                self._take(self._from_booter.get(timeout=1.0))
+            except queue.Empty:
+                if not self._booter.is_alive() and self._from_booter.empty():
+                    self._say(f"ebpfkit vm: the background booter ended (exit {self._booter.exitcode}) "
+                              "before this group's boot: booting it here")
+                    self._boot(group)
+
+    def _take(self, message) -> None:
+        if message[0] == "say":
+            self._say(message[1])
+        else:
+            _, index, (vm, failure, shared, output) = message
+            group = self._background[index]
+            group.vm, group.failure, group.shared = vm, failure, shared
+            group.output[:] = output
+
+    def _drain(self) -> None:
+        import queue
+
+        while self._from_booter is not None:
+            try:
+                self._take(self._from_booter.get_nowait())
+            except queue.Empty:
+                return
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session):
+        if self._booter is not None and self._booter.is_alive():
+            self._booter.terminate()  # SIGTERM: its running VM is killed on the way out
+            self._booter.join(60)
+        self._drain()
+        for group in self.groups.values():
+            if group.shared:
+                shutil.rmtree(group.shared, ignore_errors=True)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item, nextitem):
+        self._drain()
+        if not self._booter_started and not item.get_closest_marker(QUIET) and self._in_background(self.config):
+            self._start_booter(item.session)
         if item.get_closest_marker(MARK) is None:
             return None
         group = self._group_of(item)
         if group.results is None and group.failure is None:
-            # the selected tests of this group (collection hooks after ours may deselect)
-            selected = set(map(id, item.session.items))
-            group.items = [i for i in group.items if id(i) in selected] or [item]
-            self._run(group)
+            if group in self._background:
+                self._await(group)
+            else:
+                self._select(group, item.session, item)
+                self._boot(group)
+            self._read_results(group)
         item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
         for report in self._reports(group, item):
             item.ihook.pytest_runtest_logreport(report=report)
@@ -223,11 +328,17 @@ class VMScheduler:
 
     # --- one boot ---
 
-    def _run(self, group: _Group) -> None:
+    def _select(self, group: _Group, session, item=None) -> None:
+        """Keep the group's selected tests (collection hooks after ours may deselect)."""
+        selected = set(map(id, session.items))
+        group.items = [i for i in group.items if id(i) in selected] or [item]
+
+    def _boot(self, group: _Group) -> None:
+        """Boot the group's kernel for its tests (again after a crash mid-run): group.vm, and
+        group.shared holding the results file; or group.failure where no VM can run."""
         from ..errors import EbpfkitError
         from ..output import forward_output
         from . import host
-        from .results import GuestResults
         from .runner import VMSpec, run, shared_tmp
 
         if group.error is not None:
@@ -238,11 +349,11 @@ class VMScheduler:
         except EbpfkitError as exc:
             group.failure = _unavailable(exc)
             return
-        shared = tempfile.mkdtemp(prefix="ebpfkit-vmtests-", dir=shared_tmp())
-        results_file = os.path.join(shared, "results.jsonl")
+        group.shared = tempfile.mkdtemp(prefix="ebpfkit-vmtests-", dir=shared_tmp())
+        results_file = os.path.join(group.shared, "results.jsonl")
         spec = VMSpec(group.kernel, lsm=group.lsm, memory=group.memory, timeout=self._group_timeout(group),
-                      accel=self.config.getoption("vm_accel"), cwd=str(self.config.rootpath), rwdirs=(shared,),
-                      env=self._passed_env())
+                      accel=self.config.getoption("vm_accel"), cwd=str(self.config.rootpath),
+                      rwdirs=(group.shared,), env=self._passed_env())
         self._say(f"ebpfkit vm: booting {group.kernel.release}{' with BPF-LSM' if group.lsm else ''} "
                   f"for {len(group.items)} test(s)")
         live = self.config.getoption("capture") == "no"
@@ -254,19 +365,28 @@ class VMScheduler:
                 forward_output("stdout", data)
 
         try:
-            command = self._guest_command(group, results_file)
-            group.vm = run(command, spec, on_output=on_output)
+            group.vm = run(self._guest_command(group, results_file), spec, on_output=on_output)
             if group.vm.boots > 1:
                 self._say(f"ebpfkit vm: {group.kernel.release} failed before the tests started "
                           f"({group.vm.accel}); booted it once more")
             if group.vm.status in ("panic", "frozen") and group.vm.boot_seconds is not None:  # mid-run
                 self._after_a_crash(group, spec, results_file, on_output)  # (run() boots twice if not)
-            group.results = GuestResults(self.config, results_file)
         except EbpfkitError as exc:
             group.failure = _unavailable(exc)
+        except BaseException:  # stopped (the booter's SIGTERM): nobody will read the results
+            shutil.rmtree(group.shared, ignore_errors=True)
+            raise
+
+    def _read_results(self, group: _Group) -> None:
+        from .results import GuestResults
+
+        if group.failure is not None:
             return
+        try:
+            group.results = GuestResults(self.config, os.path.join(group.shared, "results.jsonl"))
         finally:
-            shutil.rmtree(shared, ignore_errors=True)
+            shutil.rmtree(group.shared, ignore_errors=True)
+            group.shared = None
         vm = group.vm
         boot = f"{vm.boot_seconds:.1f} s" if vm.boot_seconds is not None else "never"
         self._say(f"ebpfkit vm: {vm.kernel} ({vm.accel}): boot-to-command {boot}, "
@@ -316,6 +436,12 @@ class VMScheduler:
         return {k: os.environ[k] for k in ("PYTEST_DISABLE_PLUGIN_AUTOLOAD",) if k in os.environ}
 
     def _say(self, text: str) -> None:
+        if self._to_parent is not None:  # the booter: the parent writes it between two tests
+            self._to_parent.put(("say", text))
+        else:
+            self._write_line(text)
+
+    def _write_line(self, text: str) -> None:
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None and self.config.getoption("verbose") > -2:
             reporter.write_line(text)

@@ -4,6 +4,7 @@ and guest script, how results are described, missing packages, and the CLI's exi
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
 from click.testing import CliRunner
@@ -274,6 +275,10 @@ def test_lsm(ebpfkit_vm_kernel):
 @pytest.mark.vm
 def test_default():
     pass
+
+@pytest.mark.vm(kernel="6.1", lsm=False)
+def test_without_lsm():
+    pass
 '''
 
 
@@ -306,20 +311,22 @@ def test_a_kernel_list_makes_one_variant_per_kernel_in_that_kernels_group(tmp_pa
     assert names == {"test_both[6.1]": "6.1", "test_both[6.12]": "6.12",
                      "test_both_parametrized[6.1-1]": "6.1", "test_both_parametrized[6.1-2]": "6.1",
                      "test_both_parametrized[6.12-1]": "6.12", "test_both_parametrized[6.12-2]": "6.12",
-                     "test_one": "6.12", "test_lsm[6.12]": "6.12", "test_default": None}
+                     "test_one": "6.12", "test_lsm[6.12]": "6.12", "test_default": None,
+                     "test_without_lsm": "6.1"}
     groups = {(os.path.basename(key[0]), key[1]): [i.name for i in g.items] for key, g in got.scheduler.groups.items()}
-    # test_default has no kernel: the newest installed, the same boot as 6.12's
+    # test_default has no kernel: the newest installed, the same boot as 6.12's; the tests that do
+    # not say lsm join 6.12's BPF-LSM boot, and 6.1 has none; lsm=False is a boot without it
     assert groups == {
         ("vmlinuz-6.1.0-56-amd64", False): ["test_both[6.1]", "test_both_parametrized[6.1-1]",
-                                            "test_both_parametrized[6.1-2]"],
-        ("vmlinuz-6.12.117+deb12-amd64", False): ["test_both[6.12]", "test_both_parametrized[6.12-1]",
-                                                  "test_both_parametrized[6.12-2]", "test_one", "test_default"],
-        ("vmlinuz-6.12.117+deb12-amd64", True): ["test_lsm[6.12]"]}
+                                            "test_both_parametrized[6.1-2]", "test_without_lsm"],
+        ("vmlinuz-6.12.117+deb12-amd64", True): ["test_both[6.12]", "test_both_parametrized[6.12-1]",
+                                                 "test_both_parametrized[6.12-2]", "test_one", "test_lsm[6.12]",
+                                                 "test_default"]}
     # the guest is given its own variants' node ids, which its collection reproduces
     group = next(g for g in got.scheduler.groups.values() if g.kernel.release.startswith("6.1.0"))
     argv = got.scheduler._guest_command(group, "/tmp/results.jsonl")
     assert [a for a in argv if "::" in a] == [i.nodeid for i in group.items]
-    assert all(a.endswith(("[6.1]", "-1]", "-2]")) and "6.12" not in a for a in argv if "::" in a)
+    assert all(a.endswith(("[6.1]", "-1]", "-2]", "test_without_lsm")) and "6.12" not in a for a in argv if "::" in a)
 
 
 def test_a_variant_for_another_kernel_skips_in_the_guest(tmp_path, monkeypatch):
@@ -388,10 +395,48 @@ def test_a_guest_that_panicked_or_froze_mid_run_is_booted_once_more_for_the_unfi
         group = next(iter(got.scheduler.groups.values()))
         said = []
         monkeypatch.setattr(got.scheduler, "_say", said.append)
-        got.scheduler._run(group)
+        got.scheduler._boot(group)
         assert len(calls) == boots and group.vm is outcomes[-1]
         assert any("booting it once more" in line for line in said) == (boots == 2), said
         assert any("booted it once more" in line for line in said) == (outcomes[0] is retried), said
+
+
+def test_the_background_booter_hands_each_boot_to_the_test_loop(tmp_path, monkeypatch):
+    """The groups boot in a forked process while the host's tests run: the test loop gets each
+    group's result and the booter's lines from it; a booter that died leaves the boot to the
+    loop itself."""
+    import multiprocessing
+
+    monkeypatch.setattr(host, "require", lambda: None)
+    code, got = collect_nested(tmp_path, monkeypatch, MULTI_KERNEL)
+    scheduler = got.scheduler
+    groups = list(scheduler.groups.values())
+    exited = VMResult("exited", 0, "6.12", "tcg", 50.0, 30.0)
+    monkeypatch.setattr(runner, "run", lambda command, spec, on_output=None: exited)
+    said = []
+    monkeypatch.setattr(scheduler, "_write_line", said.append)  # the booter's lines come through the queue
+    context = multiprocessing.get_context("fork")
+    scheduler._from_booter, scheduler._background = context.Queue(), groups
+    scheduler._booter = context.Process(target=scheduler._boot_in_order, daemon=True)
+    scheduler._booter.start()
+    for group in groups:
+        scheduler._await(group)
+        assert group.vm == exited and group.failure is None and os.path.isdir(group.shared)  # the file stays
+        scheduler._read_results(group)
+        assert group.shared is None
+    scheduler._booter.join(30)
+    assert scheduler._booter.exitcode == 0
+    assert sum("ebpfkit vm: booting" in line for line in said) == len(groups), said
+
+    for group in groups:
+        group.vm = group.results = None
+    scheduler._background = groups
+    scheduler._booter = context.Process(target=os._exit, args=(9,), daemon=True)  # dies at once
+    scheduler._booter.start()
+    scheduler._await(groups[0])
+    assert groups[0].vm == exited
+    assert any("the background booter ended (exit 9)" in line for line in said), said
+    shutil.rmtree(groups[0].shared)
 
 
 def test_the_cached_view_binds_each_outermost_directory_once():
