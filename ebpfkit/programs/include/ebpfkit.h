@@ -6,6 +6,10 @@
 #ifndef __EBPFKIT_H
 #define __EBPFKIT_H
 
+/* BPF_MAP_TYPE_TASK_STORAGE (5.11) by value, which is ABI: an older kernel's vmlinux.h has no
+ * such name, and a program that leaves the map out there must still compile against it */
+#define EK_MAP_TYPE_TASK_STORAGE 29
+
 /* A ring buffer whose failed reservations are counted, so user space can report every
  * lost record: EK_RINGBUF(events, 256 * 1024) defines the map `events` and a per-CPU
  * counter `events_lost` that ebpfkit's RingBuffer reader adds to its loss count. */

@@ -5,9 +5,13 @@
 
 #define EK_TASK_RUNNING 0
 
-/* task->__state was task->state before 5.14 */
+/* task->__state was task->state before 5.14: local flavours of both, so either compiles
+ * against any kernel's vmlinux.h */
 struct task_struct___ek_old {
 	long state;
+} __attribute__((preserve_access_index));
+struct task_struct___ek_new {
+	unsigned int __state;
 } __attribute__((preserve_access_index));
 
 /* A field of a task (EK_FIELD, ebpfkit.h). */
@@ -16,9 +20,10 @@ struct task_struct___ek_old {
 static __always_inline long ek_task_state_of(struct task_struct *t, bool typed)
 {
 	struct task_struct___ek_old *old = (void *)t;
+	struct task_struct___ek_new *new = (void *)t;
 
-	if (bpf_core_field_exists(t->__state))
-		return EK_TASK_FIELD(typed, t, __state);
+	if (bpf_core_field_exists(new->__state))
+		return EK_TASK_FIELD(typed, new, __state);
 	return EK_TASK_FIELD(typed, old, state);
 }
 
@@ -87,6 +92,9 @@ static __always_inline __u32 ek_task_pidns(struct task_struct *t)
  * before it as the kernel's task_pt_regs() finds them, at the top of the task's kernel stack.
  * THREAD_SIZE is 16 KiB, 32 KiB with KASAN; the saved syscall number tells which. The pointer
  * is untyped either way: read through it with PT_REGS_*_CORE_SYSCALL. NULL if neither. */
+/* bpf_func_id's value of bpf_task_pt_regs (5.15), a local flavour: not in an older vmlinux.h */
+enum bpf_func_id___ek { BPF_FUNC_task_pt_regs___ek = 175 };
+
 static __always_inline struct pt_regs *ek_current_syscall_regs(long nr)
 {
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
@@ -94,7 +102,7 @@ static __always_inline struct pt_regs *ek_current_syscall_regs(long nr)
 	char *stack;
 	long saved;
 
-	if (bpf_core_enum_value_exists(enum bpf_func_id, BPF_FUNC_task_pt_regs))
+	if (bpf_core_enum_value_exists(enum bpf_func_id___ek, BPF_FUNC_task_pt_regs___ek))
 		return (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
 #if defined(__TARGET_ARCH_x86) || defined(__TARGET_ARCH_arm64)
 	stack = BPF_CORE_READ(task, stack);

@@ -2,7 +2,7 @@
  * tools/session.py's choose_typed_tracepoints): in the task itself where the task pointers are
  * typed (task storage: a pointer away, no hashing, freed with the task), else in an LRU hash by
  * tid (threads that are gone make room). Include after vmlinux.h, bpf_helpers.h and
- * bpf_core_read.h.
+ * bpf_core_read.h and ebpfkit.h.
  *
  *   EK_TASK_LOCAL(waits, struct waiting, 10240);
  *   struct waiting *w = waits_of(task, create, typed);
@@ -14,7 +14,7 @@
 
 #define EK_TASK_LOCAL(name, vtype, hash_entries)                                                  \
 	struct {                                                                                  \
-		__uint(type, BPF_MAP_TYPE_TASK_STORAGE);                                          \
+		__uint(type, EK_MAP_TYPE_TASK_STORAGE);                                          \
 		__uint(map_flags, BPF_F_NO_PREALLOC);                                             \
 		__type(key, int);                                                                 \
 		__type(value, vtype);                                                             \

@@ -123,7 +123,7 @@ struct {
 
 /* each task's trust (enum guard_trust), where it has any; user space creates one of the two */
 struct {
-	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(type, EK_MAP_TYPE_TASK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, int);
 	__type(value, __u32);

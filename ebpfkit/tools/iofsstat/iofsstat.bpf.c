@@ -18,6 +18,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
+#include "ek_block.h"
 #include "iofsstat.h"
 
 #define S_IFMT 00170000
@@ -394,14 +395,12 @@ int BPF_PROG(iofs_uring_complete, void *ring, struct io_kiocb___iofs *req)
 
 /* Block IO as it is queued, in the context of the task that submits it (a process
  * reading, or one writing back with fsync; the flusher thread for background writeback). */
-SEC("tp/block/block_bio_queue")
-int iofs_bio_queue(struct trace_event_raw_block_bio *ctx)
+static __always_inline int iofs_bio(dev_t dev, unsigned int nr_sector, char op0, char op1)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	struct iofs_bio_key key = {.tgid = tgid, .dev = ctx->dev};
+	struct iofs_bio_key key = {.tgid = tgid, .dev = dev};
 	struct iofs_bio_stat *st;
-	__u64 bytes = (__u64)ctx->nr_sector << 9;
-	char op0 = ctx->rwbs[0], op1 = ctx->rwbs[1];
+	__u64 bytes = (__u64)nr_sector << 9;
 	bool read;
 
 	/* rwbs: an optional 'F' (preflush) and then the op: R, W, D (discard), F (flush), N */
@@ -431,6 +430,20 @@ int iofs_bio_queue(struct trace_event_raw_block_bio *ctx)
 		__sync_fetch_and_add(&st->write_bytes, bytes);
 	}
 	return 0;
+}
+
+SEC("tp/block/block_bio_queue")
+int iofs_bio_queue(void *ctx)
+{
+	if (bpf_core_type_exists(struct trace_event_raw_block_bio___511)) {
+		struct trace_event_raw_block_bio___511 *r = ctx;
+
+		return iofs_bio(r->dev, r->nr_sector, r->rwbs[0], r->rwbs[1]);
+	} else {
+		struct trace_event_raw_block_bio_queue___510 *r = ctx;
+
+		return iofs_bio(r->dev, r->nr_sector, r->rwbs[0], r->rwbs[1]);
+	}
 }
 
 char LICENSE[] SEC("license") = "GPL";

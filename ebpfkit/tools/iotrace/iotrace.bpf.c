@@ -7,6 +7,7 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 #include "ebpfkit.h"
+#include "ek_block.h"
 #include "iotrace.h"
 
 #define S_IFMT 00170000
@@ -236,30 +237,6 @@ static __always_inline int on_block(__u8 kind, __u32 dev, __u64 sector, __u32 nr
 	bpf_ringbuf_submit(ev, 0);
 	return 0;
 }
-
-/* The block records' names changed in 5.11 (events became classes); their fields did not.
- * Local flavors, so neither name has to be in the compile's vmlinux.h: CO-RE matches
- * "name___x" to the kernel's "name" and drops the branch whose type is missing. */
-#define BLOCK_BIO_RECORD(name)                                                                    \
-	struct name {                                                                             \
-		dev_t dev;                                                                        \
-		sector_t sector;                                                                  \
-		unsigned int nr_sector;                                                           \
-		char rwbs[8];                                                                     \
-	} __attribute__((preserve_access_index))
-#define BLOCK_RQ_DONE_RECORD(name)                                                                \
-	struct name {                                                                             \
-		dev_t dev;                                                                        \
-		sector_t sector;                                                                  \
-		unsigned int nr_sector;                                                           \
-		int error;                                                                        \
-		char rwbs[8];                                                                     \
-	} __attribute__((preserve_access_index))
-
-BLOCK_BIO_RECORD(trace_event_raw_block_bio___511);
-BLOCK_BIO_RECORD(trace_event_raw_block_bio_queue___510);
-BLOCK_RQ_DONE_RECORD(trace_event_raw_block_rq_completion___511);
-BLOCK_RQ_DONE_RECORD(trace_event_raw_block_rq_complete___510);
 
 SEC("tp/block/block_bio_queue")
 int iotrace_bio_queue(void *ctx)

@@ -55,12 +55,17 @@ int memleak_kmalloc_node(struct bpf_raw_tracepoint_args *ctx)
 	return allocated(ctx, ctx->args[1], ctx->args[3]);
 }
 
+/* 6.1's own kmem_cache_alloc record, a local flavour: not in an older vmlinux.h */
+struct trace_event_raw_kmem_cache_alloc___v61 {
+	unsigned long call_site;
+} __attribute__((preserve_access_index));
+
 SEC("raw_tp/kmem_cache_alloc")
 int memleak_kmem_cache_alloc(struct bpf_raw_tracepoint_args *ctx)
 {
 	struct kmem_cache *s;
 
-	if (!bpf_core_type_exists(struct trace_event_raw_kmem_cache_alloc))
+	if (!bpf_core_type_exists(struct trace_event_raw_kmem_cache_alloc___v61))
 		return allocated(ctx, ctx->args[1], ctx->args[3]); /* before 6.1: bytes_alloc */
 	s = (struct kmem_cache *)ctx->args[2];
 	return allocated(ctx, ctx->args[1], BPF_CORE_READ(s, size));
@@ -96,11 +101,16 @@ int memleak_page_free(struct bpf_raw_tracepoint_args *ctx)
 	return freed(ctx->args[0]);
 }
 
+/* 6.0's record, a local flavour: an older vmlinux.h has the struct without the field */
+struct trace_event_raw_percpu_alloc_percpu___v60 {
+	size_t bytes_alloc;
+} __attribute__((preserve_access_index));
+
 SEC("raw_tp/percpu_alloc_percpu")
 int memleak_percpu_alloc(struct bpf_raw_tracepoint_args *ctx)
 {
 	/* 6.0+: (call_site, reserved, is_atomic, size, align, base_addr, off, ptr, bytes_alloc, gfp) */
-	if (bpf_core_field_exists(struct trace_event_raw_percpu_alloc_percpu, bytes_alloc))
+	if (bpf_core_field_exists(struct trace_event_raw_percpu_alloc_percpu___v60, bytes_alloc))
 		return allocated(ctx, ctx->args[7], ctx->args[8]);
 	/* before: (reserved, is_atomic, size, align, base_addr, off, ptr) */
 	return allocated(ctx, ctx->args[6], ctx->args[2]);
