@@ -37,13 +37,13 @@ packages=("${runtime_packages[@]}" "${build_packages[@]}")
 # (dbslower; only the -core packages, which start no service: the test starts its own server).
 # tc's tests build a node of namespaces whose forward hook nftables counts (nftables), and measure
 # its rate limits in the VM with iperf3. pahole encodes BTF from DWARF, as `--btf` does with a
-# debug package's vmlinux.
+# debug package's vmlinux. zstd unpacks 6.12's vmlinux, whose types every program compiles against.
 [ "$want_test" = 1 ] && packages+=(make libc6-dev qemu-system-x86 linux-image-amd64 linux-headers-amd64
                                    linux-image-6.12-amd64 linux-headers-6.12-amd64
                                    busybox-static nginx-light wrk prometheus
                                    libjemalloc2 libtcmalloc-minimal4 socat ncat netcat-openbsd curl
                                    openssh-server bpfcc-tools ruby mariadb-server-core mariadb-client-core
-                                   nftables iperf3 pahole)
+                                   nftables iperf3 pahole zstd)
 if [ "$want_bench" = 1 ]; then
   # gcc (above) builds the benchmark's syscall loop. BCC compiles against kernel headers: the running
   # kernel's if the archive has them, else the distribution's (fine for tracepoint programs).
