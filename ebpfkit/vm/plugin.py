@@ -12,7 +12,9 @@ A list of kernels parametrizes the test (``pytest_generate_tests``, the paramete
 result is its own, and the guest, given the variant's node id, collects the same variant.
 
 On the host, the marked tests that were selected are grouped by (kernel, lsm, memory) (a test
-that does not say ``lsm`` joins its kernel's BPF-LSM boot if there is one); each group boots once (``ebpfkit.vm.run``) and runs ``python -m pytest <its node ids>`` inside,
+that does not say ``lsm`` joins its kernel's BPF-LSM boot if there is one); each group boots
+once (``ebpfkit.vm.run``), in the background while the host's tests run (those marked
+``vm_quiet`` first, before any boot), and runs ``python -m pytest <its node ids>`` inside,
 as root, over a read-only view of the host. The guest's reports come back through a file
 on a shared directory (see ``results``) and are replayed in the host's session: pass, fail
 (with the assertion text), skip, captured output and durations as if they ran locally.
@@ -231,7 +233,7 @@ class VMScheduler:
                 item.add_marker(pytest.mark.timeout(self._group_timeout(self._group_of(item)) + 120),
                                 append=False)
         if marked and self._in_background(config):  # the quiet host tests first, before any boot
-            items[:] = sorted(items, key=lambda i: not (i.get_closest_marker(QUIET) and not i.get_closest_marker(MARK)))
+            items[:] = sorted(items, key=lambda i: not _quiet(i))  # stable: each part keeps its order
 
     def _in_background(self, config) -> bool:
         return not (config.option.collectonly or config.getoption("vm_serial") or
@@ -308,7 +310,7 @@ class VMScheduler:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item, nextitem):
         self._drain()
-        if not self._booter_started and not item.get_closest_marker(QUIET) and self._in_background(self.config):
+        if not self._booter_started and not _quiet(item) and self._in_background(self.config):
             self._start_booter(item.session)
         if item.get_closest_marker(MARK) is None:
             return None
@@ -497,6 +499,11 @@ def _keep_finished(results_file: str, finished: set) -> None:
             kept.append(line)
     with open(results_file, "w", encoding="utf-8") as f:
         f.write("".join(f"{line}\n" for line in kept))
+
+
+def _quiet(item) -> bool:
+    """A host test marked vm_quiet (a VM test is never run beside a boot of its own)."""
+    return bool(item.get_closest_marker(QUIET)) and not item.get_closest_marker(MARK)
 
 
 def _uses_hypothesis(item) -> bool:
