@@ -39,6 +39,26 @@ def bpf_objects_held_by(pid: int) -> set[tuple[str, int]]:
     return held
 
 
+def hooks_held_by(pid: int) -> int:
+    """How many hooks process ``pid`` keeps its programs on: its bpf_links, where a perf
+    event's program (a tracepoint's, kprobe's, uprobe's) is counted by its perf event fd, which
+    holds the program with a link (5.15) or without one, by ioctl, before."""
+    from ebpfkit.engine import inventory
+    from ebpfkit.engine.constants import LinkType
+
+    hooks = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            perf = os.readlink(f"/proc/{pid}/fd/{fd}") == "anon_inode:[perf_event]"
+        except FileNotFoundError:  # closed meanwhile
+            continue
+        hooks += perf and inventory.perf_event_program(pid, int(fd)) is not None
+    for link_id in inventory.held_by(pid)["link"]:
+        info = inventory.link(link_id)
+        hooks += info is not None and info.type != LinkType.PERF_EVENT
+    return hooks
+
+
 def ek(capsys, *args) -> tuple[int, str, str]:
     """Run the ebpfkit CLI in-process, as `ebpfkit ARGS...`: (exit code, stdout, stderr)."""
     from ebpfkit.cli import cli
