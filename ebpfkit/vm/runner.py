@@ -70,6 +70,7 @@ class VMSpec:
     append: tuple[str, ...] = ()      # more kernel command-line options
     share_cache: bool = True          # let the guest reuse the host's ebpfkit compile cache
     rwdirs: tuple[str, ...] = ()      # host directories the guest may write (same path inside)
+    scratch: str | None = None        # size of a fresh ext4 disk (virtio-blk) as the command's TMPDIR
 
 
 @dataclass
@@ -278,6 +279,8 @@ def _write_script(rundir: str, command: Sequence[str], env: dict[str, str], spec
                   f"workdir={up}/work {q(cache_dir)} 2>/dev/null || "
                   f"{{ export EBPFKIT_CACHE_DIR={up}/fresh; : > {q(rundir + '/cache-not-shared')}; }}"]
     lines += [f"export {k}={q(v)}" for k, v in env.items() if k != "EBPFKIT_CACHE_DIR"]
+    if spec.scratch:
+        lines += _scratch_lines(rundir)
     if cache_dir:
         lines.append(f"[ -n \"$EBPFKIT_CACHE_DIR\" ] || export EBPFKIT_CACHE_DIR={q(cache_dir)}")
     lines += [f"cd {q(cwd)} 2>/dev/null || cd /",
@@ -289,6 +292,40 @@ def _write_script(rundir: str, command: Sequence[str], env: dict[str, str], spec
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
     return path
+
+
+SCRATCH_SERIAL = "ebpfkit-scratch"
+SCRATCH_MOUNT = "/run/ebpfkit-vm/scratch"
+
+
+def _make_scratch(rundir: str, size: str) -> str:
+    """A sparse file of ``size`` with an empty ext4 on it, in the run's directory (removed with it)."""
+    from ..errors import ConfigError, EbpfkitError
+
+    if not re.fullmatch(r"[1-9][0-9]*[MG]", size):
+        raise ConfigError("scratch", f"{size!r} is not a disk size such as 512M or 1G")
+    path = os.path.join(rundir, "scratch.img")
+    mkfs = shutil.which("mkfs.ext4") or "/sbin/mkfs.ext4"
+    try:
+        run = subprocess.run([mkfs, "-q", "-F", path, size], capture_output=True, text=True)
+    except FileNotFoundError:
+        raise EbpfkitError("the scratch disk needs mkfs.ext4", hint="install e2fsprogs") from None
+    if run.returncode != 0:
+        raise EbpfkitError(f"mkfs.ext4 of the {size} scratch disk failed: {run.stderr.strip()}")
+    return path
+
+
+def _scratch_lines(rundir: str) -> list[str]:
+    """Guest commands that mount the scratch disk (the virtio-blk disk of that serial) and make
+    it the command's TMPDIR: tests that need a real disk under their temporary directory (IO
+    that raises the disk's own IRQs) get one; the guest's /tmp is an overlay on 9p."""
+    q = shlex.quote
+    return ["scratch=",
+            f"for b in /sys/block/vd*; do [ \"$(cat $b/serial 2>/dev/null)\" = {SCRATCH_SERIAL} ] && "
+            f"mkdir -p {SCRATCH_MOUNT} && mount /dev/${{b##*/}} {SCRATCH_MOUNT} && scratch=1; done",
+            f"[ -n \"$scratch\" ] || {{ echo 'ebpfkit vm: the scratch disk could not be mounted' >&2; "
+            f"echo 125 > {q(rundir + '/exit')}; exit 125; }}",
+            f"export TMPDIR={SCRATCH_MOUNT}"]
 
 
 def _cached_view_lines(dirs: Sequence[str]) -> list[str]:
@@ -342,6 +379,11 @@ def _vng_argv(vng: str, spec: VMSpec, accel: str, rundir: str, script: str, cach
     if cache_dir:
         argv.append(f"--rodir={HOST_CACHE_MOUNT}={cache_dir}")
     argv += [f"--rwdir={d}" for d in spec.rwdirs]
+    if spec.scratch:
+        image = _make_scratch(rundir, spec.scratch)
+        argv[argv.index(f"--qemu-opts={qemu_opts}")] = (
+            f"--qemu-opts={qemu_opts} -drive file={image},format=raw,if=none,id=ebpfkitscratch,cache=unsafe"
+            f" -device virtio-blk-pci,drive=ebpfkitscratch,serial={SCRATCH_SERIAL}")
     if accel == "tcg":
         argv.append("--disable-kvm")
     if spec.cpus:

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 
 import pytest
 from click.testing import CliRunner
 
 from ebpfkit.cli import cli
-from ebpfkit.errors import NotSupportedError
+from ebpfkit.errors import ConfigError, NotSupportedError
 from ebpfkit.output import invoke_cli
 from ebpfkit.vm import VMResult, VMSpec, host, kernels, runner
 
@@ -141,6 +142,28 @@ def test_guest_script_records_start_and_exit_status(tmp_path):
     assert "mount -t overlay" in text and "lowerdir=/run/ebpfkit-vm/host-cache" in text
     assert "python -c 'print('\"'\"'hi there'\"'\"')'" in text
     assert f"echo $rc > {tmp_path}/exit" in text and text.rstrip().endswith("exit $rc")
+
+
+def test_a_scratch_disk_is_an_empty_ext4_on_virtio_blk_and_the_commands_tmpdir(tmp_path):
+    argv = runner._vng_argv("/v/vng", _spec(scratch="64M"), "tcg", str(tmp_path), f"{tmp_path}/guest.sh", None)
+    image = tmp_path / "scratch.img"
+    opts = next(a for a in argv if a.startswith("--qemu-opts="))
+    assert f"-drive file={image},format=raw,if=none,id=ebpfkitscratch" in opts
+    assert f"-device virtio-blk-pci,drive=ebpfkitscratch,serial={runner.SCRATCH_SERIAL}" in opts
+    assert image.stat().st_size == 64 << 20 and image.stat().st_blocks * 512 < 64 << 20  # sparse
+    probe = subprocess.run(["blkid", "-o", "value", "-s", "TYPE", str(image)], capture_output=True, text=True)
+    assert probe.stdout.strip() == "ext4", probe
+    text = open(runner._write_script(str(tmp_path), ["true"], {}, _spec(scratch="64M"))).read()
+    assert f"mount /dev/${{b##*/}} {runner.SCRATCH_MOUNT}" in text and f"export TMPDIR={runner.SCRATCH_MOUNT}" in text
+    assert f"echo 125 > {tmp_path}/exit; exit 125" in text  # no disk: the run fails, saying so
+    assert runner.SCRATCH_MOUNT not in open(runner._write_script(str(tmp_path), ["true"], {}, _spec())).read()
+
+
+@pytest.mark.parametrize("size", ["1", "0G", "big", "1T", "-1G"])
+def test_a_scratch_size_that_is_not_one_is_a_usage_error(tmp_path, size):
+    with pytest.raises(ConfigError, match="not a disk size"):
+        runner._vng_argv("/v/vng", _spec(scratch=size), "tcg", str(tmp_path), f"{tmp_path}/guest.sh", None)
+    assert not (tmp_path / "scratch.img").exists()
 
 
 PANIC_CONSOLE = "\n".join(["[ 1.0] booting"] * 50 + [

@@ -62,9 +62,12 @@ def vm():
 @click.option("--rwdir", "rwdirs", multiple=True, metavar="DIR",
               type=click.Path(exists=True, file_okay=False, resolve_path=True),
               help="A directory of this machine the guest may write (same path inside; repeatable).")
+@click.option("--scratch", metavar="SIZE",
+              help="A fresh ext4 disk of SIZE (e.g. 1G, virtio-blk) as the command's TMPDIR: a real disk "
+                   "under its temporary files (the guest's /tmp is an overlay on 9p).")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_context
-def run(ctx, kernel, lsm, memory, cpus, timeout, accel, env, console_file, rwdirs, command):
+def run(ctx, kernel, lsm, memory, cpus, timeout, accel, env, console_file, rwdirs, scratch, command):
     """Run COMMAND as root inside a VM booted with another kernel; return its exit status."""
     from ...vm import VMSpec, kernels, run as run_vm
 
@@ -76,7 +79,7 @@ def run(ctx, kernel, lsm, memory, cpus, timeout, accel, env, console_file, rwdir
             raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--env")
         variables[key] = value
     spec = VMSpec(kernels.resolve(kernel), lsm=lsm, memory=memory, cpus=cpus, timeout=timeout,
-                  accel=accel, env=variables, rwdirs=tuple(rwdirs))
+                  accel=accel, env=variables, rwdirs=tuple(rwdirs), scratch=scratch)
     result = run_vm(list(command), spec, on_output=forward_output)
     if console_file:
         with open(console_file, "w") as f:
