@@ -158,15 +158,53 @@ def run(command: Sequence[str], spec: VMSpec,
 
 def _boot(vng: str, command: Sequence[str], spec: VMSpec, accel: str, on_output) -> VMResult:
     rundir = tempfile.mkdtemp(prefix="ebpfkit-vm-", dir=shared_tmp())
+    watch = _OrphanWatch(rundir)
     try:
         env = _guest_env(spec, rundir)
         script = _write_script(rundir, command, env, spec)
         argv = _vng_argv(vng, spec, accel, rundir, script, env.get("EBPFKIT_CACHE_DIR"))
         log.debug("vng command: %s", shlex.join(argv))
         with _exit_on_termination():
-            return _supervise(argv, spec, accel, rundir, on_output)
+            return _supervise(argv, spec, accel, rundir, on_output, watch.started)
     finally:
         shutil.rmtree(rundir, ignore_errors=True)
+        watch.done()
+
+
+# A process of its own that outlives us: told vng's process group, it waits for the end of its
+# stdin, which comes when we end however we end; unless told "done" first (we cleaned up), it
+# kills that group (QEMU is in it) and removes the run's directory (a scratch disk's image too).
+_WATCHDOG = """import os, shutil, signal, sys
+group = None
+for line in sys.stdin:
+    group = None if line.strip() == "done" else int(line)
+if group is not None:
+    try:
+        os.killpg(group, signal.SIGKILL)
+    except OSError:
+        pass
+    shutil.rmtree(sys.argv[1], ignore_errors=True)
+"""
+
+
+class _OrphanWatch:
+    """What a SIGKILL of this process would leave (QEMU and vng run in a session of their own,
+    which no signal to us reaches), cleaned up by a watchdog that notices our end."""
+
+    def __init__(self, rundir: str):
+        read, self._write = os.pipe()
+        try:
+            subprocess.Popen([sys.executable, "-c", _WATCHDOG, rundir], stdin=read, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+        finally:
+            os.close(read)
+
+    def started(self, group: int) -> None:
+        os.write(self._write, f"{group}\n".encode())
+
+    def done(self) -> None:
+        os.write(self._write, b"done\n")
+        os.close(self._write)
 
 
 @contextlib.contextmanager
@@ -395,7 +433,7 @@ def _vng_argv(vng: str, spec: VMSpec, accel: str, rundir: str, script: str, cach
 
 # --- running it --------------------------------------------------------------------------
 
-def _supervise(argv, spec: VMSpec, accel: str, rundir: str, on_output) -> VMResult:
+def _supervise(argv, spec: VMSpec, accel: str, rundir: str, on_output, started_group=None) -> VMResult:
     env = dict(os.environ, PATH=host.tool_path(), TMPDIR=rundir)  # vng's temp files die with rundir
     started = time.monotonic()
     deadline = started + spec.timeout if spec.timeout else None
@@ -405,6 +443,8 @@ def _supervise(argv, spec: VMSpec, accel: str, rundir: str, on_output) -> VMResu
     heartbeat = _Heartbeat(os.path.join(rundir, "heartbeat"), spec.freeze_after)
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env=env, start_new_session=True)
+    if started_group:
+        started_group(proc.pid)  # its own session: the group is its pid
     sel = selectors.DefaultSelector()
     try:
         for name, pipe in (("stdout", proc.stdout), ("stderr", proc.stderr)):

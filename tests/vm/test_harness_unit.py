@@ -166,6 +166,60 @@ def test_a_scratch_size_that_is_not_one_is_a_usage_error(tmp_path, size):
     assert not (tmp_path / "scratch.img").exists()
 
 
+def _watched(rundir, finish: bool) -> int:
+    """A child that starts a session (as vng) under an _OrphanWatch, then either says done or
+    is SIGKILLed; the session's pid."""
+    import signal
+    import time
+
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.close(read)
+        watch = runner._OrphanWatch(str(rundir))
+        group = subprocess.Popen(["sleep", "60"], start_new_session=True)
+        watch.started(group.pid)
+        os.write(write, f"{group.pid}\n".encode())
+        if finish:
+            watch.done()
+        time.sleep(60)
+        os._exit(0)
+    os.close(write)
+    group = int(os.read(read, 64))
+    os.close(read)
+    os.kill(child, signal.SIGKILL)
+    os.waitpid(child, 0)
+    return group
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_killed_runner_leaves_neither_its_vm_nor_its_directory(tmp_path):
+    import time
+
+    rundir = tmp_path / "ebpfkit-vm-x"
+    rundir.mkdir()
+    group = _watched(rundir, finish=False)  # SIGKILLed: no cleanup of its own ran
+    deadline = time.monotonic() + 10
+    while (_alive(group) or rundir.exists()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(group) and not rundir.exists()
+    # one that finished its cleanup is left alone: what it ran is its own business
+    rundir.mkdir()
+    group = _watched(rundir, finish=True)
+    time.sleep(1)
+    try:
+        assert _alive(group) and rundir.exists()
+    finally:
+        os.killpg(group, 9)
+
+
 PANIC_CONSOLE = "\n".join(["[ 1.0] booting"] * 50 + [
     "[14.6] sysrq: Trigger a crash", "[14.6] Kernel panic - not syncing: sysrq triggered crash",
     "[14.6] CPU: 1 PID: 249 Comm: sh"] + ["[14.7]  frame"] * 60)
