@@ -80,13 +80,22 @@ def run_workload(started=None) -> tuple[dict[str, int], dict[int, Waited]]:
 
 
 def traced(*args: str) -> tuple[dict[str, int], dict[int, Waited], str]:
-    """The workload under `ebpfkit ARGS`: (pids, schedstat's waits, the tool's stdout)."""
-    tool = RunningTool(*args)
-    try:
-        pids, waited = run_workload()
-        return pids, waited, tool.stop()
-    finally:
-        tool.kill()
+    """The workload under `ebpfkit ARGS`, started once the workload's processes are blocked
+    (their start-up waits, seconds of them under emulation, are before schedstat's baseline
+    and must not be reported either): (pids, schedstat's waits, the tool's stdout)."""
+    out = []
+
+    @contextmanager
+    def running(pids):
+        tool = RunningTool(*args)
+        try:
+            yield
+            out.append(tool.stop())
+        finally:
+            tool.kill()
+
+    pids, waited = run_workload(started=running)
+    return pids, waited, out[0]
 
 
 def from_json(text: str) -> list[dict]:
