@@ -38,7 +38,7 @@ from ..errors import EbpfkitError, NotSupportedError, PermissionDeniedError
 from . import _libbpf as L
 from . import mounts, perf
 from .btf import BTF_ENV, BTF_SOURCES_HINT, KERNEL_BTF, check_btf_file, kernel_btf_exposed, user_btf_path
-from .constants import PERF_TYPE_TRACEPOINT, XDP_FLAGS_DRV_MODE, XDP_FLAGS_SKB_MODE
+from .constants import BPF_F_TEST_XDP_LIVE_FRAMES, PERF_TYPE_TRACEPOINT, XDP_FLAGS_DRV_MODE, XDP_FLAGS_SKB_MODE
 from .constants import AttachType, MapType, ProgType
 
 SUPPORTED, UNSUPPORTED, UNKNOWN = "supported", "unsupported", "unknown"
@@ -1183,6 +1183,22 @@ def _probe_test_run():
     return _result(SUPPORTED, f"an XDP program ran on a 64-byte packet ({opts.duration} ns)")
 
 
+@_register("xdp_live_frames", "BPF_PROG_RUN with live XDP frames")
+@_attach_probe
+def _probe_xdp_live_frames():
+    """Frames a test run's XDP verdict sends for real (XDP_PASS: into this host's stack), the
+    packet generator the tests use; some kernels refuse it (EPERM) even to root."""
+    with contextlib.ExitStack() as stack:
+        prog = _loaded(stack, ProgType.XDP, ret=_XDP_PASS, expected_attach_type=AttachType.XDP)
+        packet = ctypes.create_string_buffer(64)
+        opts = L.bpf_test_run_opts(data_in=ctypes.cast(packet, ctypes.c_void_p), data_size_in=64, repeat=1,
+                                   flags=BPF_F_TEST_XDP_LIVE_FRAMES)
+        err = L.lib.bpf_prog_test_run_opts(prog, ctypes.byref(opts))
+        if err:
+            raise _Failed("run", -err, f"the kernel refused to send an XDP test run's frame live ({_errname(-err)})")
+    return _result(SUPPORTED, "an XDP program's frame went live")
+
+
 # --- what to do about a missing feature ------------------------------------------------
 
 _LSM_HINT = "boot a kernel built with CONFIG_BPF_LSM=y with lsm=...,bpf on its command line"
@@ -1223,6 +1239,7 @@ HINTS = {
     "cgroup_sock_addr": _CGROUP_HINT,
     "sk_msg": "needs CONFIG_BPF_STREAM_PARSER=y",
     "prog_test_run": "needs a kernel >= 4.12 (BPF_PROG_TEST_RUN)",
+    "xdp_live_frames": "needs a kernel >= 5.18 that lets BPF_PROG_RUN send XDP frames (some refuse it: EPERM)",
     "redirect_neigh": "needs a kernel >= 5.10",
     "bpf_loop": "needs a kernel >= 5.17 (bpf_loop)",
     "fq": "needs a kernel built with CONFIG_NET_SCH_FQ (modprobe sch_fq)",

@@ -49,6 +49,13 @@ def test_run(prog_fd: int, name: str, data: bytes = b"", ctx: bytes | None = Non
     if err:
         if abs(err) in (95, 524):
             raise NotSupportedError("test_run", f"program '{name}' cannot be test-run on this kernel")
+        if flags & BPF_F_TEST_XDP_LIVE_FRAMES:
+            from . import features
+
+            probe = features.probe("xdp_live_frames")
+            if not probe.supported:
+                raise NotSupportedError("xdp_live_frames", f"program '{name}' cannot send live frames here: "
+                                        f"{probe.reason}", hint=features.HINTS["xdp_live_frames"])
         raise EbpfkitError(f"test run of '{name}' failed: {os.strerror(abs(err))}")
     out = data_out.raw[:opts.data_size_out] if data_out else b""
     return TestRunResult(opts.retval, out, opts.duration)
