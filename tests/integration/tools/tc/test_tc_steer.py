@@ -101,11 +101,12 @@ def test_the_steer_commands_on_an_attached_redirect(lab):
 
     try:
         done = ek("redirect", "attach", "--netns", node, "-e", f"{pod1.netns}:eth0", "-s", "tcp:53=ekno0")
+        if not tc_pinnable():  # the steer commands act on an attached (pinned) redirect
+            assert refused_for_tcx(done), done.stderr  # said before any rule is looked at
+            assert refused_for_tcx(ek("redirect", "attach", "--netns", node, "-e", f"{pod1.netns}:eth0"))
+            return
         assert done.returncode == 2 and "no device 'ekno0'" in done.stderr, done.stderr
         done = ek("redirect", "attach", "--netns", node, "-e", f"{pod1.netns}:eth0")
-        if not tc_pinnable():  # the steer commands act on an attached (pinned) redirect
-            assert refused_for_tcx(done), done.stderr
-            return
         assert done.returncode == 0, done.stderr
         assert lab.ask_udp(pod1, DNS, 53) == b"remote"
         assert ek("steer", "add", "--netns", node, f"udp:53={pod2.netns}:eth0").returncode == 0
