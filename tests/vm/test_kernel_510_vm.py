@@ -90,7 +90,6 @@ T = "tests/integration/tools"
 GROUND_TRUTH = {
     "memleak": [f"{T}/memleak/test_memleak.py::test_one_thread_by_pid"],
     "iotrace": [f"{T}/iotrace/test_iotrace.py::test_direct_writes_are_joined_per_request"],
-    "iofsstat": [f"{T}/iofsstat/test_iofsstat.py::test_without_bpf_loop_it_exits_3_naming_it"],
     "detect": [f"{T}/detect/test_baits.py::test_ransomware_is_killed_at_the_first_bait[in-place]"],
     "pingtrace": [f"{T}/pingtrace/test_pingtrace.py::test_two_namespaces_every_checkpoint_in_order_adding_up_to_the_rtt"],
 }

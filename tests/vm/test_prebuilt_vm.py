@@ -146,7 +146,6 @@ def kernel_btf() -> BTF:
         return BTF.from_bytes(f.read())
 
 
-@pytest.mark.vm(kernel=["5.10", "6.1"], lsm=True, timeout=1200)
 @pytest.mark.parametrize("program", READS_KERNEL_STRUCTS)
 def test_the_objects_kernel_structs_have_other_layouts_here(program, kernel_btf):
     """The object carries the host kernel's struct layouts; where this kernel's differ, every
