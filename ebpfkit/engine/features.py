@@ -1165,19 +1165,27 @@ for _name, (_type, _number, _label) in _HELPERS.items():
     _register(_name, _label)(_helper_probe(_type, _number))
 
 
-@_register("prog_test_run", "BPF_PROG_TEST_RUN")
-@_attach_probe
-def _probe_test_run():
+def _xdp_test_run(flags: int = 0):
+    """An XDP_PASS program run once on a 64-byte packet; its opts (retval, duration)."""
     with contextlib.ExitStack() as stack:
         prog = _loaded(stack, ProgType.XDP, ret=_XDP_PASS, expected_attach_type=AttachType.XDP)
         packet = ctypes.create_string_buffer(64)
         out = ctypes.create_string_buffer(256)
+        live = flags & BPF_F_TEST_XDP_LIVE_FRAMES  # live frames have no output packet
         opts = L.bpf_test_run_opts(data_in=ctypes.cast(packet, ctypes.c_void_p), data_size_in=64,
-                                   data_out=ctypes.cast(out, ctypes.c_void_p), data_size_out=256,
-                                   repeat=1)
+                                   data_out=None if live else ctypes.cast(out, ctypes.c_void_p),
+                                   data_size_out=0 if live else 256, repeat=1, flags=flags)
         err = L.lib.bpf_prog_test_run_opts(prog, ctypes.byref(opts))
         if err:
-            raise _Failed("test-run", -err)
+            raise _Failed("test-run", -err, f"the kernel refused to send an XDP test run's frame live "
+                                            f"({_errname(-err)})" if live else "")
+    return opts
+
+
+@_register("prog_test_run", "BPF_PROG_TEST_RUN")
+@_attach_probe
+def _probe_test_run():
+    opts = _xdp_test_run()
     if opts.retval != _XDP_PASS:
         return _result(UNKNOWN, f"test run returned {opts.retval}, expected XDP_PASS")
     return _result(SUPPORTED, f"an XDP program ran on a 64-byte packet ({opts.duration} ns)")
@@ -1188,14 +1196,7 @@ def _probe_test_run():
 def _probe_xdp_live_frames():
     """Frames a test run's XDP verdict sends for real (XDP_PASS: into this host's stack), the
     packet generator the tests use; some kernels refuse it (EPERM) even to root."""
-    with contextlib.ExitStack() as stack:
-        prog = _loaded(stack, ProgType.XDP, ret=_XDP_PASS, expected_attach_type=AttachType.XDP)
-        packet = ctypes.create_string_buffer(64)
-        opts = L.bpf_test_run_opts(data_in=ctypes.cast(packet, ctypes.c_void_p), data_size_in=64, repeat=1,
-                                   flags=BPF_F_TEST_XDP_LIVE_FRAMES)
-        err = L.lib.bpf_prog_test_run_opts(prog, ctypes.byref(opts))
-        if err:
-            raise _Failed("run", -err, f"the kernel refused to send an XDP test run's frame live ({_errname(-err)})")
+    _xdp_test_run(BPF_F_TEST_XDP_LIVE_FRAMES)
     return _result(SUPPORTED, "an XDP program's frame went live")
 
 

@@ -401,6 +401,10 @@ def _vng_argv(vng: str, spec: VMSpec, accel: str, rundir: str, script: str, cach
     # the host's root a second time, read-only, for the cached view (_cached_view_lines)
     qemu_opts += (f" -fsdev local,id=ebpfkithost,path=/,security_model=none,readonly=on,multidevs=remap"
                   f" -device virtio-9p-pci,fsdev=ebpfkithost,mount_tag={CACHED_VIEW_TAG}")
+    if spec.scratch:  # the scratch disk, found in the guest by its serial (_scratch_lines)
+        image = _make_scratch(rundir, spec.scratch)
+        qemu_opts += (f" -drive file={image},format=raw,if=none,id=ebpfkitscratch,cache=unsafe"
+                      f" -device virtio-blk-pci,drive=ebpfkitscratch,serial={SCRATCH_SERIAL}")
     # softlockup_panic: under TCG a guest CPU once stopped answering IPIs, and the CPU patching a
     # tracepoint's static call waited for it for good; a panic ends such a run at the first
     # soft-lockup report, as a panic the caller knows (the test plugin boots again for the rest)
@@ -417,11 +421,6 @@ def _vng_argv(vng: str, spec: VMSpec, accel: str, rundir: str, script: str, cach
     if cache_dir:
         argv.append(f"--rodir={HOST_CACHE_MOUNT}={cache_dir}")
     argv += [f"--rwdir={d}" for d in spec.rwdirs]
-    if spec.scratch:
-        image = _make_scratch(rundir, spec.scratch)
-        argv[argv.index(f"--qemu-opts={qemu_opts}")] = (
-            f"--qemu-opts={qemu_opts} -drive file={image},format=raw,if=none,id=ebpfkitscratch,cache=unsafe"
-            f" -device virtio-blk-pci,drive=ebpfkitscratch,serial={SCRATCH_SERIAL}")
     if accel == "tcg":
         argv.append("--disable-kvm")
     if spec.cpus:
