@@ -62,9 +62,13 @@ static inline void ek_handler_account(struct ek_handler_stat *stat, u64 delta)
 	if (EK_DIST) {
 		delta /= EK_NS ? 1 : 1000;
 		slot = delta ? bpf_log2l(delta) - 1 : 0;
-		asm volatile("" : "+r"(slot)); /* the register compared is the one used (6.1) */
-		if (slot >= EK_HANDLER_SLOTS)
-			slot = EK_HANDLER_SLOTS - 1;
+		/* Clamped in asm: the register compared is the one used (6.1), and against an
+		 * immediate. Clang's default CPU has no "jlt", so in C the clamp becomes
+		 * "if r_26 > slot", and 5.10's verifier follows that jump even where slot >= 32
+		 * cannot take it, with bounds it then loses: "misaligned access off
+		 * (0x0; 0xffffffffffffffff)". It prunes a jump against an immediate. */
+		asm volatile("if %[slot] < %[last] goto +1\n\t%[slot] = %[last]"
+			     : [slot] "+r"(slot) : [last] "i"(EK_HANDLER_SLOTS - 1));
 		lock_xadd(&stat->slots[slot], 1);
 	}
 }
