@@ -314,7 +314,8 @@ def _refused(name: str, lbl: str, exc: _Failed) -> Probe:
 _KIND = {"raw_tp": "a raw tracepoint", "xdp_native": "a native XDP", "xdp_generic": "a generic XDP",
          "cgroup_sock_addr": "a cgroup sock_addr (connect4)", "prog_test_run": "an XDP",
          "lsm": "an LSM", "uprobe": "a uprobe (KPROBE type)", "kprobe": "a kprobe",
-         "tracepoint": "a tracepoint", "perf_event": "a perf_event", "tc": "a tc (sched_cls)"}
+         "tracepoint": "a tracepoint", "perf_event": "a perf_event", "tc": "a tc (sched_cls)",
+         "sk_msg": "an sk_msg", "sk_skb_verdict": "an sk_skb verdict"}
 _TRAMPOLINE_LOCKED = "trampolines are locked (no fentry/fexit/LSM attach on this kernel)"
 _CAUSES = {
     ("fentry", 1): _TRAMPOLINE_LOCKED,
@@ -1134,17 +1135,30 @@ for _name, _label in [("sockops", "sockops (cgroup)"), ("cgroup_skb", "cgroup_sk
     _register(_name, _label)(_attach_probe(_group_member(_cgroup_group, _name)))
 
 
-@_register("sk_msg", "sk_msg (SOCKHASH)")
-@_attach_probe
-def _probe_sk_msg():
+def _sockhash_attach(prog_type: ProgType, attach_type: AttachType) -> tuple:
+    """A program of ``prog_type`` attached to a one-entry SOCKHASH as ``attach_type``."""
     with contextlib.ExitStack() as stack:
         map_fd = L.lib.bpf_map_create(MapType.SOCKHASH, b"ebpfkit_probe", 4, 4, 1, None)
         if map_fd < 0:
             raise _Failed("create", -map_fd, reason=f"cannot create a SOCKHASH map ({_errname(-map_fd)})")
         stack.callback(os.close, map_fd)
-        prog = _loaded(stack, ProgType.SK_MSG, ret=1, expected_attach_type=AttachType.SK_MSG_VERDICT)
-        how = _link_or_prog_attach(stack, prog, map_fd, AttachType.SK_MSG_VERDICT)
+        prog = _loaded(stack, prog_type, ret=1, expected_attach_type=attach_type)
+        how = _link_or_prog_attach(stack, prog, map_fd, attach_type)
     return _result(SUPPORTED, f"attached to a SOCKHASH ({how})")
+
+
+@_register("sk_msg", "sk_msg (SOCKHASH)")
+@_attach_probe
+def _probe_sk_msg():
+    return _sockhash_attach(ProgType.SK_MSG, AttachType.SK_MSG_VERDICT)
+
+
+@_register("sk_skb_verdict", "sk_skb verdict (BPF_SK_SKB_VERDICT, 5.13)")
+@_attach_probe
+def _probe_sk_skb_verdict():
+    """A verdict on received skbs without a stream parser (5.13): older kernels load the
+    program and refuse the attach type (EINVAL)."""
+    return _sockhash_attach(ProgType.SK_SKB, AttachType.SK_SKB_VERDICT)
 
 
 # helpers a tool needs: (program type, enum bpf_func_id's number from libbpf's
@@ -1239,6 +1253,7 @@ HINTS = {
     "cgroup_skb": _CGROUP_HINT,
     "cgroup_sock_addr": _CGROUP_HINT,
     "sk_msg": "needs CONFIG_BPF_STREAM_PARSER=y",
+    "sk_skb_verdict": "needs a kernel >= 5.13 (the BPF_SK_SKB_VERDICT attach type)",
     "prog_test_run": "needs a kernel >= 4.12 (BPF_PROG_TEST_RUN)",
     "xdp_live_frames": "needs a kernel >= 5.18 that lets BPF_PROG_RUN send XDP frames (some refuse it: EPERM)",
     "redirect_neigh": "needs a kernel >= 5.10",

@@ -18,7 +18,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from ...engine import pinned
+from ...engine import features, pinned
 from ...engine.constants import AttachType
 from ...engine.maps import KernelMap
 from ...engine.pinset import COMPLETE, STALE, PinSet
@@ -97,6 +97,8 @@ class Accelerator:
         for name in M.SOCK_MAPS:
             spec.maps[name].max_entries = self.options.max_sockets
         verdict = self.skb_verdict
+        if verdict:
+            features.require("sk_skb_verdict")  # exit 3 before 5.13, not the attach's EINVAL
         spec.programs["sockmap_pass"].autoload = verdict
         self.obj = spec.load()
         try:

@@ -553,6 +553,26 @@ def test_nginx_with_backends_outside_the_cgroup_needs_the_workaround(child_cgrou
         assert results["off"]["requests"] < good["requests"] // 10, results  # stalled
 
 
+def test_a_forced_skb_verdict_is_attached_or_exits_3_naming_its_kernel(child_cgroup):
+    """--skb-verdict on: the verdict program attached where the kernel has its attach type
+    (5.13); before that, exit 3 saying so, not a bare EINVAL from the attach, and nothing left."""
+    before = _attached_now()
+    enabled = ebpfkit_cli("sockmap", "enable", "--cgroup", child_cgroup.path, "--skb-verdict", "on")
+    try:
+        if features.probe("sk_skb_verdict").supported:
+            assert enabled.returncode == 0, enabled.stderr
+            (record,) = sockmap.status(child_cgroup.path)
+            assert record["skb_verdict"] is True
+        else:
+            assert enabled.returncode == 3, enabled.stderr
+            assert "BPF_SK_SKB_VERDICT" in enabled.stderr and "5.13" in enabled.stderr, enabled.stderr
+            assert "Traceback" not in enabled.stderr
+            assert _attached_now() == before
+    finally:
+        sockmap.disable(child_cgroup.path)
+    assert _attached_now() == before
+
+
 # --- bad input -----------------------------------------------------------------------------
 
 def _attached_now() -> tuple:
