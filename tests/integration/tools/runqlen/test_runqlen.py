@@ -72,8 +72,13 @@ def test_session_sees_n_minus_one_waiting_on_the_spinners_cpu():
     assert runqlen.occupancy(ours) >= 95, counts  # never fewer than one waiting
 
 
+# The CLI tests' spinners outlast the tools' start-up (seconds on an emulated machine, where a
+# 3 s spin ended before the tools sampled: all at 0); leaving the block kills them.
+CLI_SPIN_S = 120.0
+
+
 def test_json_per_cpu_histograms_and_occupancy():
-    with spinning(3.0):
+    with spinning(CLI_SPIN_S):
         hists = RunningTool("--format", "json", "runqlen", "-C", "1", "2")
         occ = RunningTool("--format", "json", "runqlen", "-C", "-O", "1", "2")
         try:
@@ -91,7 +96,7 @@ def test_json_per_cpu_histograms_and_occupancy():
 
 
 def test_csv_rows_parse():
-    with spinning(2.0):
+    with spinning(CLI_SPIN_S):
         tool = RunningTool("--format", "csv", "runqlen", "-C", "1", "1")
         try:
             out = _wait(tool)
