@@ -680,6 +680,7 @@ def have_helper(prog_type: ProgType, helper_id: int) -> Probe:
 # --- tracing attach probes -------------------------------------------------------------
 
 _BTF_KIND_TYPEDEF, _BTF_KIND_FUNC = 8, 12
+BTF_KIND_VAR = 14
 _BTF_TARGETS = {"btf_trace_sched_switch": _BTF_KIND_TYPEDEF, "vfs_read": _BTF_KIND_FUNC,
                 "bpf_lsm_file_open": _BTF_KIND_FUNC}
 
@@ -738,15 +739,18 @@ def _btf_type(btf, type_id: int):
     return ctypes.cast(L.lib.btf__type_by_id(btf, type_id), ctypes.POINTER(ctypes.c_uint32 * 3)).contents
 
 
-def kernel_btf_names(names) -> frozenset:
+def kernel_btf_names(names, kind: int | None = None) -> frozenset:
     """Which of ``names`` the running kernel's BTF defines, of any kind (functions, structs,
-    tracepoint typedefs): how a tool picks only the fexit/tp_btf targets this kernel has,
-    since one missing target fails the whole load. Empty without kernel BTF."""
+    tracepoint typedefs) or of ``kind`` (BTF_KIND_VAR: a per-CPU variable a program may name):
+    how a tool picks only the fexit/tp_btf targets this kernel has, since one missing target
+    fails the whole load. Empty without kernel BTF."""
     btf = L.lib.btf__load_vmlinux_btf()
     if not btf:
         return frozenset()
     try:
-        return frozenset(n for n in names if L.lib.btf__find_by_name(btf, n.encode()) > 0)
+        if kind is None:
+            return frozenset(n for n in names if L.lib.btf__find_by_name(btf, n.encode()) > 0)
+        return frozenset(n for n in names if L.lib.btf__find_by_name_kind(btf, n.encode(), kind) > 0)
     finally:
         L.lib.btf__free(btf)
 

@@ -385,17 +385,22 @@ class Object(_Base, Resource):
             if L.lib.bpf_map__pin(m._ptr, os.fsencode(os.path.join(directory, m.name))):
                 raise LoadError(f"cannot pin map {m.name} in {directory}: {os.strerror(L.errno())}")
 
-    def close(self) -> None:
-        """Detach every link (newest first), free readers, maps and programs."""
-        for reader in reversed(self._readers):
-            reader.close()
-        self._readers = []
+    def detach(self) -> None:
+        """Detach every link (newest first): the programs stop running; maps and readers stay,
+        so what the programs sent can still be read."""
         probes = [link for link in self.links if link.kind in _WAITS_FOR_GRACE_PERIOD]
         if len(probes) > 1:
             _close_concurrently(probes)
         for link in reversed(self.links):
             _close_link(link)
         self.links = []
+
+    def close(self) -> None:
+        """Detach every link (newest first), free readers, maps and programs."""
+        for reader in reversed(self._readers):
+            reader.close()
+        self._readers = []
+        self.detach()
         if self._obj:
             L.lib.bpf_object__close(self._obj)
             self._obj = None

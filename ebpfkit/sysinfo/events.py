@@ -5,6 +5,7 @@ tree."""
 from __future__ import annotations
 
 import os
+import platform
 from typing import NamedTuple
 
 EVENT_SOURCES = "/sys/bus/event_source/devices"
@@ -72,3 +73,13 @@ def softirq_names(proc_softirqs: str = "/proc/softirqs") -> dict[int, str]:
         f.readline()  # the CPU header
         names = [line.split(":", 1)[0].strip() for line in f if ":" in line]
     return dict(enumerate(names))
+
+
+def preempt_count_per_cpu(kallsyms: str = "/proc/kallsyms") -> bool | None:
+    """Where a BPF program reads preempt_count (in an interrupt or not, bottom halves off):
+    x86 keeps it in a per-CPU variable (``__preempt_count``, ``pcpu_hot`` in 6.2-6.14), which
+    a program may name only where kallsyms lists it: True then, False on a kernel without
+    CONFIG_KALLSYMS_ALL. None elsewhere: other architectures keep it in the task."""
+    if platform.machine() not in ("x86_64", "i386", "i686"):
+        return None
+    return bool(kallsyms_lists({"__preempt_count", "pcpu_hot"}, kallsyms))

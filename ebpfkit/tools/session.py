@@ -40,11 +40,18 @@ class EventSession(ToolSession):
         return [self._event(r) for r in self._reader.read_batch(timeout_ms)]
 
     def drain(self) -> list:
-        """Every event still buffered, without waiting (what to print before exiting)."""
+        """Every event buffered, without waiting; tracing goes on (a flood of events can keep
+        this going: to end a run, ``finish``)."""
         result: list = []
         while batch := self.poll(0):
             result.extend(batch)
         return result
+
+    def finish(self) -> list:
+        """Stop tracing and return every event still buffered (what to print before exiting):
+        the programs are detached first, so a flood of events cannot keep this from ending."""
+        self._obj.detach()
+        return self.drain()
 
     @property
     def lost(self) -> int:
@@ -75,6 +82,26 @@ def choose_typed_tracepoints(spec, typed_maps=(), raw_maps=()) -> bool:
     for name in raw_maps if typed else typed_maps:
         spec.maps[name].autocreate = False
     return typed
+
+
+def per_cpu_preempt_count() -> tuple[bool | None, str | None]:
+    """Whether a program can read preempt_count (in an interrupt or not, bottom halves off)
+    from the per-CPU variable x86 keeps it in: (True, None); (False, why not); or (None, None)
+    on other architectures, which keep it in the task. The program names the variable as a
+    typed ksym: the kernel's BTF must list it, and kallsyms give its address."""
+    from ..engine import features
+    from ..sysinfo.events import preempt_count_per_cpu
+
+    listed = preempt_count_per_cpu()
+    if listed is None:
+        return None, None
+    if not listed:
+        return False, ("/proc/kallsyms does not list the per-CPU __preempt_count (a kernel without "
+                       "CONFIG_KALLSYMS_ALL)")
+    if not features.kernel_btf_names({"__preempt_count", "pcpu_hot"}, kind=features.BTF_KIND_VAR):
+        return False, ("the kernel's BTF lists no per-CPU variables (none at all without kernel BTF; "
+                       "5.10 and 5.15 built with pahole 1.18-1.21 leave them out)")
+    return True, None
 
 
 def load_attached(spec):

@@ -66,7 +66,7 @@ def irqoff(duration, threshold_ms, log_file, log_file_size, log_file_backups, mo
                 out.event(section.to_dict())
         except KeyboardInterrupt:  # the end: what the kernel had sent still counts
             pass
-        for section in session.drain():
+        for section in session.finish():  # detached first: a flood cannot keep it going
             out.event(section.to_dict())
         out.lost(session.lost)
 

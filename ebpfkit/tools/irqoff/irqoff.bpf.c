@@ -21,11 +21,8 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 #include "ebpfkit.h"
+#include "ek_preempt.h"
 #include "irqoff.h"
-
-#define SOFTIRQ_OFFSET 0x100        /* serving a softirq */
-#define SOFTIRQ_DISABLE_MASK 0xfe00 /* local_bh_disable() depth, in steps of 0x200 */
-#define PREEMPT_COUNT_MASK 0x7fffffff /* x86 keeps PREEMPT_NEED_RESCHED (inverted) in bit 31 */
 
 const volatile __u64 targ_threshold_ns = 10000000;
 const volatile __u32 targ_mode = IRQOFF_MODE_SOFTWARE;
@@ -62,45 +59,6 @@ struct {
 
 EK_RINGBUF(events, 256 * 1024);
 EK_EXPORT_TYPE(struct irqoff_event);
-
-/* x86's preempt_count is a per-CPU variable: __preempt_count before 6.2 and since 6.15,
- * pcpu_hot.preempt_count in between; elsewhere it is in the task's thread_info. */
-extern const int __preempt_count __ksym __weak;
-struct pcpu_hot___ek {
-	int preempt_count;
-} __attribute__((preserve_access_index));
-extern const struct pcpu_hot___ek pcpu_hot __ksym __weak;
-struct thread_info___ek {
-	int preempt_count;
-} __attribute__((preserve_access_index));
-struct task_struct___ek {
-	struct thread_info___ek thread_info;
-} __attribute__((preserve_access_index));
-
-#ifndef bpf_ksym_exists /* libbpf < 1.2's bpf_helpers.h */
-#define bpf_ksym_exists(sym) (!!(sym))
-#endif
-
-/* The per-CPU variable's address comes from kallsyms: kernels without CONFIG_KALLSYMS_ALL
- * refuse to load a program naming it, so irqoff_tick_task (below) does without. */
-static __always_inline int preempt_count_percpu(void)
-{
-	if (bpf_ksym_exists(&__preempt_count))
-		return *(int *)bpf_this_cpu_ptr(&__preempt_count) & PREEMPT_COUNT_MASK;
-	if (bpf_ksym_exists(&pcpu_hot))
-		return ((struct pcpu_hot___ek *)bpf_this_cpu_ptr(&pcpu_hot))->preempt_count &
-		       PREEMPT_COUNT_MASK;
-	return -1;
-}
-
-/* -1: this architecture keeps it per CPU, not in the task (x86) */
-static __always_inline int preempt_count_task(void)
-{
-	if (bpf_core_field_exists(((struct thread_info___ek *)0)->preempt_count))
-		return BPF_CORE_READ((struct task_struct___ek *)bpf_get_current_task(),
-				     thread_info.preempt_count) & PREEMPT_COUNT_MASK;
-	return -1;
-}
 
 static __always_inline struct cpu_state *this_cpu(void)
 {
@@ -153,7 +111,7 @@ static __always_inline void late_tick(void *ctx, struct cpu_state *st, __u64 now
 
 static __always_inline void watch_softirqs(void *ctx, struct cpu_state *st, __u64 now, int count)
 {
-	bool bh_off = (count & SOFTIRQ_DISABLE_MASK) && !(count & SOFTIRQ_OFFSET);
+	bool bh_off = (count & EK_SOFTIRQ_DISABLE_MASK) && !(count & EK_SOFTIRQ_OFFSET);
 	__u64 id, end;
 
 	if (bh_off) {
@@ -198,13 +156,13 @@ static __always_inline int tick(void *ctx, int count)
 SEC("perf_event")
 int irqoff_tick(struct bpf_perf_event_data *ctx)
 {
-	return tick(ctx, preempt_count_percpu());
+	return tick(ctx, ek_preempt_count_percpu());
 }
 
 SEC("perf_event")
 int irqoff_tick_task(struct bpf_perf_event_data *ctx)
 {
-	return tick(ctx, preempt_count_task());
+	return tick(ctx, ek_preempt_count_task());
 }
 
 /* NMI mode: a cycles overflow, which interrupts even code with interrupts off. */

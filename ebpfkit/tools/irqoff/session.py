@@ -39,14 +39,13 @@ running the vCPU shows as a hard section).
 from __future__ import annotations
 
 import os
-import platform
 import time
 from dataclasses import asdict, dataclass, field
 
 from ...errors import ConfigError
-from ...sysinfo.events import EVENT_SOURCES, hardware_pmu, kallsyms_lists, tracepoint_exists
+from ...sysinfo.events import EVENT_SOURCES, hardware_pmu, tracepoint_exists
 from ..config import ToolConfig, check_positive
-from ..session import EventSession
+from ..session import EventSession, per_cpu_preempt_count
 
 PROGRAM = os.path.join(os.path.dirname(__file__), "irqoff.bpf.c")
 MODES = ("software", "nmi", "exact")  # the kernel side's IRQOFF_MODE_* values, in order
@@ -169,12 +168,12 @@ def _tick_program() -> tuple[str, str | None]:
     """The tick program that can read preempt_count here, and why softirq-off sections
     cannot be watched (None when they can). x86 keeps preempt_count in a per-CPU variable,
     whose address a program gets from kallsyms; elsewhere it is in the task's thread_info."""
-    if platform.machine() not in ("x86_64", "i386", "i686"):
+    per_cpu, why_not = per_cpu_preempt_count()
+    if per_cpu is None:
         return "irqoff_tick_task", None
-    if kallsyms_lists({"__preempt_count", "pcpu_hot"}):
+    if per_cpu:
         return "irqoff_tick", None
-    return "irqoff_tick_task", ("softirq-off sections are not watched: /proc/kallsyms does not list the "
-                                "per-CPU __preempt_count (a kernel without CONFIG_KALLSYMS_ALL)")
+    return "irqoff_tick_task", f"softirq-off sections are not watched: {why_not}"
 
 
 def _tracing() -> str | None:

@@ -52,7 +52,7 @@ def runqslower(min_us, pid, tid, previous):
             for wakeup in session.events():
                 _print(out, wakeup, keys)
         except KeyboardInterrupt:  # the end: what the kernel had sent still counts
-            for wakeup in session.drain():
+            for wakeup in session.finish():
                 _print(out, wakeup, keys)
         out.lost(session.lost)
 

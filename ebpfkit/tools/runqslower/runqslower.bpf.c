@@ -12,7 +12,7 @@
  * task moved between CPUs while it waited counts. Most switch-ins cost no map access: the time
  * since the task last got a CPU bounds its wait, and only one that may exceed the threshold is
  * looked up. The waker is noted at sched_waking, which runs in the waker's context (sched_wakeup
- * may run later on the woken task's CPU). */
+ * may run later on the woken task's CPU), or in an interrupt, which it names instead. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
@@ -21,6 +21,7 @@
 #include "ek_task.h"
 #include "ek_task_local.h"
 #include "ek_sched_info.h"
+#include "ek_preempt.h"
 #include "runqslower.h"
 
 const volatile __u64 targ_min_us = 10000;
@@ -58,8 +59,10 @@ static __always_inline struct waiting *stopped(struct task_struct *t, bool typed
 	return w;
 }
 
-/* Called in the waker's context: it is the current task. */
-static __always_inline int waking(struct task_struct *p, bool typed)
+/* Called in the waker's context: the current task, or an interrupt of it, which
+ * ``preempt_count`` tells (-1: not known here). An interrupt names no waker: the task it
+ * interrupted had nothing to do with the wakeup (a timer, a disk, a packet). */
+static __always_inline int waking(struct task_struct *p, bool typed, int preempt_count)
 {
 	struct waiting *w;
 
@@ -70,6 +73,14 @@ static __always_inline int waking(struct task_struct *p, bool typed)
 	w = stopped(p, typed);
 	if (!w)
 		return 0;
+	if (preempt_count > 0 && (preempt_count & (EK_HARDIRQ_NMI_MASK | EK_SOFTIRQ_OFFSET))) {
+		w->waker_pid = 0; /* the names are stored as immediates: no string in .rodata */
+		if (preempt_count & EK_HARDIRQ_NMI_MASK)
+			__builtin_memcpy(w->waker_comm, "[hardirq]", sizeof("[hardirq]"));
+		else
+			__builtin_memcpy(w->waker_comm, "[softirq]", sizeof("[softirq]"));
+		return 0;
+	}
 	w->waker_pid = bpf_get_current_pid_tgid() >> 32;
 	bpf_get_current_comm(&w->waker_comm, sizeof(w->waker_comm));
 	return 0;
@@ -81,11 +92,14 @@ static __always_inline int switched(struct task_struct *prev, struct task_struct
 	struct waiting *w;
 	__u64 queued, clock, delay_ns;
 	__u32 waker_pid = 0;
+	bool woken = false;
 
 	if (ek_task_state_of(prev, typed) == EK_TASK_RUNNING && traced(prev, typed)) {
 		w = stopped(prev, typed); /* preempted: back in the queue at once, woken by nobody */
-		if (w)
+		if (w) {
 			w->waker_pid = 0;
+			w->waker_comm[0] = 0;
+		}
 	}
 
 	if (!traced(next, typed))
@@ -103,6 +117,7 @@ static __always_inline int switched(struct task_struct *prev, struct task_struct
 		/* and in the queues it left while it waited (moved to another CPU) */
 		delay_ns += EK_TASK_FIELD(typed, next, sched_info.run_delay) - w->run_delay;
 		waker_pid = w->waker_pid;
+		woken = waker_pid || w->waker_comm[0]; /* by a task, or by an interrupt */
 	} /* else it stopped running before we started: only its current queue is known */
 	if (delay_ns < targ_min_us * 1000)
 		return 0;
@@ -119,7 +134,7 @@ static __always_inline int switched(struct task_struct *prev, struct task_struct
 	ev->waker_pid = waker_pid;
 	BPF_CORE_READ_STR_INTO(&ev->comm, next, comm);
 	BPF_CORE_READ_STR_INTO(&ev->prev_comm, prev, comm);
-	if (waker_pid)
+	if (woken)
 		__builtin_memcpy(ev->waker_comm, w->waker_comm, sizeof(ev->waker_comm));
 	else
 		ev->waker_comm[0] = 0;
@@ -133,12 +148,17 @@ static __always_inline int switched(struct task_struct *prev, struct task_struct
 	SEC(#kind "/sched_waking")                                                                \
 	int BPF_PROG(runqslower_waking##suffix, struct task_struct *p)                            \
 	{                                                                                         \
-		return waking(p, typed);                                                          \
+		return waking(p, typed, ek_preempt_count_task());                                 \
+	}                                                                                         \
+	SEC(#kind "/sched_waking") /* x86, where kallsyms and BTF list its per-CPU preempt_count */\
+	int BPF_PROG(runqslower_waking_percpu##suffix, struct task_struct *p)                     \
+	{                                                                                         \
+		return waking(p, typed, ek_preempt_count_percpu());                               \
 	}                                                                                         \
 	SEC(#kind "/sched_wakeup_new")                                                            \
 	int BPF_PROG(runqslower_wakeup_new##suffix, struct task_struct *p)                        \
 	{                                                                                         \
-		return waking(p, typed); /* in the parent, which woke it by forking it */         \
+		return waking(p, typed, 0); /* in the parent, which woke it by forking it */      \
 	}                                                                                         \
 	SEC(#kind "/sched_switch")                                                                \
 	int BPF_PROG(runqslower_switch##suffix, bool preempt, struct task_struct *prev,           \

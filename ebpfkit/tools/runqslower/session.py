@@ -11,7 +11,11 @@ preempted while still runnable). No click, no printing, no formats::
         session.lost                                 # events dropped (ring buffer full)
 
 ``waker_pid``/``waker_comm`` name the task that woke it (recorded at sched_waking, in the
-waker's own context); both are empty (0, "") when the task was preempted, not woken.
+waker's own context); both are empty (0, "") when the task was preempted, not woken. A
+wakeup from an interrupt (a timer, a disk, a packet) names no task: ``waker_comm`` is
+"[hardirq]" or "[softirq]" and ``waker_pid`` 0, where the kernel lets the program read
+preempt_count (``session.interrupts_named``; x86 needs CONFIG_KALLSYMS_ALL and per-CPU variables
+in the kernel's BTF, which Debian 11's 5.10 lacks).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from dataclasses import asdict, dataclass
 
 from ...errors import ConfigError
 from ..config import ToolConfig, check_pid, check_tid
-from ..session import EventSession, choose_typed_or_raw
+from ..session import EventSession, choose_typed_or_raw, per_cpu_preempt_count
 
 PROGRAM = os.path.join(os.path.dirname(__file__), "runqslower.bpf.c")
 TYPED_HOOK = "tp_btf sched_waking/sched_switch, task storage, the kernel's sched_info"
@@ -54,7 +58,8 @@ class Wakeup:
     cpu: int
     prev_comm: str    # the task it replaced on that CPU
     prev_tid: int
-    waker_comm: str   # the task that woke it ("" when it was preempted, not woken)
+    waker_comm: str   # the task that woke it ("" when it was preempted, not woken; "[hardirq]"
+                      # or "[softirq]" when an interrupt woke it)
     waker_pid: int
 
     def to_dict(self) -> dict:
@@ -73,6 +78,7 @@ class Session(EventSession):
         spec = compile_bpf(PROGRAM)
         self.hook = choose_typed_or_raw(spec, TYPED_HOOK, RAW_HOOK, typed_maps=("waits",),
                                         raw_maps=("waits_by_tid",))
+        self.interrupts_named = choose_waking_program(spec)
         spec.rodata.update({"targ_min_us": config.min_us, "targ_tgid": config.pid or 0,
                             "targ_tid": config.tid or 0})
         self._obj = spec.load()
@@ -89,6 +95,17 @@ class Session(EventSession):
         return Wakeup(time=ev.ts / 1e9 + self._epoch_offset, comm=ev.comm, pid=ev.pid, tid=ev.tid,
                       delay_us=ev.delay_us, cpu=ev.cpu, prev_comm=ev.prev_comm, prev_tid=ev.prev_tid,
                       waker_comm=ev.waker_comm, waker_pid=ev.waker_pid)
+
+
+def choose_waking_program(spec) -> bool:
+    """Of the two sched_waking programs of the set chosen, load the one that can read
+    preempt_count here; whether it can (else a wakeup from an interrupt names the task the
+    interrupt came in, as BCC's tools and perf do)."""
+    per_cpu, _ = per_cpu_preempt_count()
+    for name, prog in spec.programs.items():
+        if prog.autoload and name.startswith("runqslower_waking"):
+            prog.autoload = name.startswith("runqslower_waking_percpu") == bool(per_cpu)
+    return per_cpu is not False
 
 
 def open(config: Config | None = None, **settings) -> Session:  # noqa: A001 - the session verb

@@ -195,6 +195,10 @@ def test_every_shipped_object_loads_from_the_prebuilt_dir_and_attaches(program, 
         # as the tool takes them here: no PMU, no preemptirq tracepoints, and the tick this
         # kernel's kallsyms allows (without CONFIG_KALLSYMS_ALL, not the __preempt_count one)
         select_programs(spec, "software")
+    if program == "runqslower.bpf.c":
+        from ebpfkit.tools.runqslower.session import choose_waking_program
+
+        choose_waking_program(spec)  # the same: its sched_waking reading __preempt_count, or not
     if program == "memleak_kernel.bpf.c":
         from ebpfkit.tools.memleak.kernel import KINDS, select_programs
 

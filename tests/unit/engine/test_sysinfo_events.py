@@ -25,3 +25,16 @@ def test_kallsyms_names_are_whole_names(tmp_path):
                         "ffffffff81000000 T __preempt_count_add\n")
     assert kallsyms_lists({"__preempt_count", "pcpu_hot"}, str(kallsyms)) == {"__preempt_count"}
     assert kallsyms_lists({"x"}, str(tmp_path / "missing")) == set()
+
+
+def test_preempt_count_is_per_cpu_on_x86_where_kallsyms_lists_it(tmp_path, monkeypatch):
+    from ebpfkit.sysinfo import events
+
+    listed, unlisted = tmp_path / "listed", tmp_path / "unlisted"
+    listed.write_text("000000000002c2c0 D pcpu_hot\n")
+    unlisted.write_text("ffffffff81000000 T __preempt_count_add\n")
+    monkeypatch.setattr(events.platform, "machine", lambda: "x86_64")
+    assert events.preempt_count_per_cpu(str(listed)) is True
+    assert events.preempt_count_per_cpu(str(unlisted)) is False  # no CONFIG_KALLSYMS_ALL
+    monkeypatch.setattr(events.platform, "machine", lambda: "aarch64")
+    assert events.preempt_count_per_cpu(str(listed)) is None  # in the task's thread_info
