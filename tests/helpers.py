@@ -616,3 +616,14 @@ def blocked_reading_stdin(pid: int) -> bool:
     except OSError:
         return False
     return len(fields) > 1 and fields[0] == _READ_SYSCALL.get(os.uname().machine) and fields[1] == "0x0"
+
+
+SO_RCVBUFFORCE = 33  # <asm-generic/socket.h>: Python's socket module does not name it
+
+
+def force_receive_buffer(sock, size: int) -> None:
+    """A receive buffer of ``size`` past net.core.rmem_max (root), which distributions leave
+    at 208 KiB: about 550 small datagrams, fewer than a test's bursts."""
+    import socket
+
+    sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, size)

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from ebpfkit.net import in_netns
+from helpers import force_receive_buffer
 
 WRITES = 200
 BLOCK = 4096
@@ -76,7 +77,7 @@ class UdpReceiver:
     def __init__(self, pair):
         self.sock = in_netns(pair.b.netns, socket.socket, socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind((pair.b.address, PORT))
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)
+        force_receive_buffer(self.sock, 1 << 22)  # the tests send 1200 at once
         self.sock.setblocking(False)
 
     def drain(self) -> int:
