@@ -99,8 +99,8 @@ def per_cpu_preempt_count() -> tuple[bool | None, str | None]:
         return False, ("/proc/kallsyms does not list the per-CPU __preempt_count (a kernel without "
                        "CONFIG_KALLSYMS_ALL)")
     if not features.kernel_btf_names({"__preempt_count", "pcpu_hot"}, kind=features.BTF_KIND_VAR):
-        return False, ("the kernel's BTF lists no per-CPU variables (none at all without kernel BTF; "
-                       "5.10 and 5.15 built with pahole 1.18-1.21 leave them out)")
+        return False, ("the kernel's BTF lists no per-CPU variables (none without kernel BTF, and "
+                       "some kernels' BTF has none: Debian 11's 5.10)")
     return True, None
 
 

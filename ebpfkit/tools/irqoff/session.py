@@ -167,7 +167,8 @@ def select_programs(spec, mode: str) -> tuple[str, str | None]:
 def _tick_program() -> tuple[str, str | None]:
     """The tick program that can read preempt_count here, and why softirq-off sections
     cannot be watched (None when they can). x86 keeps preempt_count in a per-CPU variable,
-    whose address a program gets from kallsyms; elsewhere it is in the task's thread_info."""
+    which a program names through the kernel's BTF and kallsyms; elsewhere it is in the task's
+    thread_info."""
     per_cpu, why_not = per_cpu_preempt_count()
     if per_cpu is None:
         return "irqoff_tick_task", None
